@@ -1,0 +1,141 @@
+package scoring
+
+import (
+	"time"
+
+	"github.com/warmpath/warmpath/discovery"
+)
+
+// API names the request surface a client used.
+type API string
+
+// The request surfaces warmpath parses. APIOther is any other path
+// (/v1/models, /tokenize, /v1/embeddings …): it is routed by load alone.
+const (
+	APIChat        API = "chat"        // POST /v1/chat/completions
+	APICompletions API = "completions" // POST /v1/completions
+	APIMessages    API = "messages"    // POST /v1/messages (Anthropic)
+	APIOther       API = "other"
+)
+
+// Request is what the router knows about one LLM request when it decides.
+// The extproc package fills it from the HTTP request; pickers treat it as
+// read-only.
+type Request struct {
+	// ID is the request id (x-request-id or generated), for logs and spans.
+	ID string
+	// API is the surface the request arrived on.
+	API API
+	// Path is the HTTP :path as the client sent it.
+	Path string
+	// Model is the served model name from the body ("" for APIOther).
+	Model string
+	// Body is the complete request body as received. Pickers must not modify it.
+	Body []byte
+	// TokenIDs holds the prompt when a completions client sent token ids
+	// (the first prompt when it sent several); nil otherwise.
+	TokenIDs []uint32
+	// CacheSalt is vLLM's cache_salt field, empty when absent.
+	CacheSalt string
+	// LoRA is the LoRA adapter name when Model names an adapter, else empty.
+	LoRA string
+	// MaxTokens is max_tokens / max_completion_tokens, 0 when absent.
+	MaxTokens int
+	// Stream reports whether the client asked for a streamed response.
+	Stream bool
+	// Tenant is the trusted tenant identity, empty when unknown.
+	Tenant string
+	// Arrived is when the request headers reached warmpath.
+	Arrived time.Time
+}
+
+// Mode says how much the router knew when it decided.
+type Mode string
+
+// Decision modes, from most to least informed.
+const (
+	ModeExact       Mode = "exact"            // local exact tokenization + index lookup
+	ModeRemote      Mode = "remote-tokenized" // tokens from a worker's /tokenize
+	ModeApproximate Mode = "approximate"      // text-block affinity from routing history
+	ModeLoadOnly    Mode = "load-only"        // no prefix information at all
+)
+
+// Candidate is one worker considered for a request, with what the policy
+// predicted for it. Durations are predictions, not measurements.
+type Candidate struct {
+	Worker  string
+	Address string
+	// CachedTokens is the predicted prefix-cache hit on this worker, in tokens
+	// (GPU and offloaded together); OffloadedTokens is the offloaded part.
+	CachedTokens    int
+	OffloadedTokens int
+	// QueueWait is the predicted time before the request's prefill starts,
+	// Prefill the predicted time to compute its uncached tokens, Overhead
+	// the fixed per-request cost; PredictedTTFT is their sum.
+	QueueWait     time.Duration
+	Prefill       time.Duration
+	Overhead      time.Duration
+	PredictedTTFT time.Duration
+	// InFlight is the number of requests warmpath has in flight on the worker.
+	InFlight int
+	// Score is the policy's own figure of merit (lower is better); for the
+	// warmpath policy it equals PredictedTTFT in seconds.
+	Score float64
+}
+
+// Decision is a picker's answer for one request. It is created by Pick and
+// handed back to Done exactly once when the assignment ends.
+type Decision struct {
+	// Worker is the chosen worker; Address its HTTP host:port, which becomes
+	// the upstream destination.
+	Worker  string
+	Address string
+	// Policy names the policy that decided; Mode how much it knew.
+	Policy string
+	Mode   Mode
+	// TokenizePath says where token ids came from ("local", "remote",
+	// "request", "none") and TokenizeReason why a step was skipped.
+	TokenizePath   string
+	TokenizeReason string
+	// PromptTokens is the prompt length in tokens (0 when unknown).
+	PromptTokens int
+	// Chosen is what the policy predicted for the chosen worker.
+	Chosen Candidate
+	// Candidates lists every worker considered, in input order.
+	Candidates []Candidate
+	// Reason is a short human-readable explanation of the choice.
+	Reason string
+	// Decided is when the decision was made.
+	Decided time.Time
+}
+
+// End says how an assignment ended.
+type End string
+
+// Assignment endings. Every assignment ends exactly once.
+const (
+	EndCompleted End = "completed" // the response finished
+	EndAborted   End = "aborted"   // client went away, stream cancelled or upstream error
+	EndExpired   End = "expired"   // timed cleanup: no end seen within the TTL
+)
+
+// Outcome is what actually happened to a routed request.
+type Outcome struct {
+	End End
+	// HTTPStatus is the upstream response status, 0 if none was seen.
+	HTTPStatus int
+	// TTFT is the time from the decision to the first content token, 0 when no
+	// token was seen.
+	TTFT time.Duration
+	// Duration is the time from the decision to the end.
+	Duration time.Duration
+	// PromptTokens, CompletionTokens and CachedTokens come from the response's
+	// usage; -1 when the response did not report them.
+	PromptTokens     int
+	CompletionTokens int
+	CachedTokens     int
+}
+
+// Workers is the set of candidate workers a picker chooses from: healthy,
+// serving the request's model. It is never empty when passed to a picker.
+type Workers = []discovery.Worker
