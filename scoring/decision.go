@@ -134,6 +134,9 @@ type Outcome struct {
 	PromptTokens     int
 	CompletionTokens int
 	CachedTokens     int
+	// Error is the error the upstream reported (an HTTP error status or an
+	// error event mid-stream), empty when none.
+	Error string
 }
 
 // Workers is the set of candidate workers a picker chooses from: healthy,

@@ -1,0 +1,155 @@
+package extproc
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/warmpath/warmpath/scoring"
+)
+
+// apiOf maps an HTTP method and path to the request surface. Query strings
+// are ignored; only POSTs to the three generation paths are parsed.
+func apiOf(method, path string) scoring.API {
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	if method != "POST" {
+		return scoring.APIOther
+	}
+	switch path {
+	case "/v1/chat/completions":
+		return scoring.APIChat
+	case "/v1/completions":
+		return scoring.APICompletions
+	case "/v1/messages":
+		return scoring.APIMessages
+	}
+	return scoring.APIOther
+}
+
+// body holds the routing-relevant fields of an OpenAI or Anthropic request.
+// Fields the router does not need stay raw and unparsed.
+type body struct {
+	Model               *string         `json:"model"`
+	Stream              bool            `json:"stream"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	CacheSalt           string          `json:"cache_salt"`
+	Messages            json.RawMessage `json:"messages"`
+	Prompt              json.RawMessage `json:"prompt"`
+}
+
+// badRequest is a client error found while parsing a body; its message is
+// safe to return to the client.
+type badRequest struct{ msg string }
+
+func (e *badRequest) Error() string { return e.msg }
+
+func badf(format string, args ...any) error { return &badRequest{fmt.Sprintf(format, args...)} }
+
+// parseBody fills r's Model, Stream, MaxTokens, CacheSalt and TokenIDs from
+// raw. defaultModel is used when the body names none (vLLM serves its only
+// model then); empty means the model is required. Errors are *badRequest.
+func parseBody(r *scoring.Request, raw []byte, defaultModel string) error {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return badf("request body is empty; expected a JSON object")
+	}
+	var b body
+	if err := json.Unmarshal(raw, &b); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return badf("invalid type for field %q: expected %s", typeErr.Field, typeErr.Type)
+		}
+		return badf("request body is not valid JSON: %v", err)
+	}
+	switch {
+	case b.Model != nil && *b.Model != "":
+		r.Model = *b.Model
+	case defaultModel != "":
+		r.Model = defaultModel
+	default:
+		return badf("field \"model\" is required")
+	}
+	r.Stream = b.Stream
+	r.CacheSalt = b.CacheSalt
+	switch {
+	case b.MaxCompletionTokens != nil:
+		r.MaxTokens = *b.MaxCompletionTokens
+	case b.MaxTokens != nil:
+		r.MaxTokens = *b.MaxTokens
+	}
+	if r.MaxTokens < 0 {
+		return badf("max_tokens must not be negative")
+	}
+	switch r.API {
+	case scoring.APIChat, scoring.APIMessages:
+		if !isJSONArray(b.Messages) {
+			return badf("field \"messages\" is required and must be an array")
+		}
+		if r.API == scoring.APIMessages && b.MaxTokens == nil {
+			return badf("field \"max_tokens\" is required")
+		}
+	case scoring.APICompletions:
+		ids, err := promptTokenIDs(b.Prompt)
+		if err != nil {
+			return err
+		}
+		r.TokenIDs = ids
+	}
+	return nil
+}
+
+func isJSONArray(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && raw[0] == '['
+}
+
+// promptTokenIDs validates a completions prompt, which may be a string, a
+// list of strings, a list of token ids or a list of such lists, and returns
+// the token ids of the first prompt when the client sent ids.
+func promptTokenIDs(raw json.RawMessage) ([]uint32, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, badf("field \"prompt\" is required")
+	}
+	switch raw[0] {
+	case '"':
+		return nil, nil
+	case '[':
+	default:
+		return nil, badf("field \"prompt\" must be a string, a list of strings or a list of token ids")
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, badf("field \"prompt\": %v", err)
+	}
+	if len(items) == 0 {
+		return nil, badf("field \"prompt\" must not be empty")
+	}
+	switch items[0] = bytes.TrimSpace(items[0]); items[0][0] {
+	case '"':
+		var ss []string
+		if err := json.Unmarshal(raw, &ss); err != nil {
+			return nil, badf("field \"prompt\": mixed list; want all strings or all token ids")
+		}
+		return nil, nil
+	case '[':
+		var lists [][]uint32
+		if err := json.Unmarshal(raw, &lists); err != nil {
+			return nil, badf("field \"prompt\": want lists of non-negative token ids")
+		}
+		if len(lists[0]) == 0 {
+			return nil, badf("field \"prompt\": empty token list")
+		}
+		return lists[0], nil
+	default:
+		var ids []uint32
+		if err := json.Unmarshal(raw, &ids); err != nil {
+			return nil, badf("field \"prompt\": want a list of non-negative token ids")
+		}
+		return ids, nil
+	}
+}

@@ -1,0 +1,129 @@
+package extproc
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/warmpath/warmpath/scoring"
+)
+
+func TestAPIOf(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		method, path string
+		want         scoring.API
+	}{
+		{"POST", "/v1/chat/completions", scoring.APIChat},
+		{"POST", "/v1/chat/completions?x=1", scoring.APIChat},
+		{"POST", "/v1/completions", scoring.APICompletions},
+		{"POST", "/v1/messages", scoring.APIMessages},
+		{"GET", "/v1/chat/completions", scoring.APIOther},
+		{"POST", "/v1/embeddings", scoring.APIOther},
+		{"POST", "/tokenize", scoring.APIOther},
+		{"GET", "/v1/models", scoring.APIOther},
+	}
+	for _, tc := range tests {
+		if got := apiOf(tc.method, tc.path); got != tc.want {
+			t.Errorf("apiOf(%s %s) = %s, want %s", tc.method, tc.path, got, tc.want)
+		}
+	}
+}
+
+func TestParseBody(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		api     scoring.API
+		body    string
+		def     string
+		want    scoring.Request
+		wantErr bool
+	}{
+		{"chat", scoring.APIChat, `{"model":"m","stream":true,"max_completion_tokens":9,"max_tokens":3,"messages":[]}`, "", scoring.Request{Model: "m", Stream: true, MaxTokens: 9}, false},
+		{"default model", scoring.APIChat, `{"messages":[{"role":"user","content":"hi"}]}`, "only", scoring.Request{Model: "only"}, false},
+		{"missing model", scoring.APIChat, `{"messages":[]}`, "", scoring.Request{}, true},
+		{"prompt string", scoring.APICompletions, `{"model":"m","prompt":"abc"}`, "", scoring.Request{Model: "m"}, false},
+		{"prompt strings", scoring.APICompletions, `{"model":"m","prompt":["a","b"]}`, "", scoring.Request{Model: "m"}, false},
+		{"prompt ids", scoring.APICompletions, `{"model":"m","prompt":[1,2,3],"cache_salt":"x"}`, "", scoring.Request{Model: "m", TokenIDs: []uint32{1, 2, 3}, CacheSalt: "x"}, false},
+		{"prompt id lists", scoring.APICompletions, `{"model":"m","prompt":[[4,5],[6]]}`, "", scoring.Request{Model: "m", TokenIDs: []uint32{4, 5}}, false},
+		{"negative id", scoring.APICompletions, `{"model":"m","prompt":[-1]}`, "", scoring.Request{}, true},
+		{"empty prompt list", scoring.APICompletions, `{"model":"m","prompt":[]}`, "", scoring.Request{}, true},
+		{"prompt object", scoring.APICompletions, `{"model":"m","prompt":{}}`, "", scoring.Request{}, true},
+		{"no prompt", scoring.APICompletions, `{"model":"m"}`, "", scoring.Request{}, true},
+		{"messages not array", scoring.APIChat, `{"model":"m","messages":"hi"}`, "", scoring.Request{}, true},
+		{"anthropic", scoring.APIMessages, `{"model":"m","max_tokens":5,"messages":[],"stream":true}`, "", scoring.Request{Model: "m", MaxTokens: 5, Stream: true}, false},
+		{"negative max_tokens", scoring.APIChat, `{"model":"m","max_tokens":-5,"messages":[]}`, "", scoring.Request{}, true},
+		{"trailing garbage", scoring.APIChat, `{"model":"m","messages":[]} x`, "", scoring.Request{}, true},
+		{"array body", scoring.APIChat, `[1]`, "", scoring.Request{}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := scoring.Request{API: tc.api}
+			err := parseBody(&r, []byte(tc.body), tc.def)
+			if tc.wantErr {
+				var br *badRequest
+				if !errors.As(err, &br) {
+					t.Fatalf("want a badRequest error, got %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Model != tc.want.Model || r.Stream != tc.want.Stream || r.MaxTokens != tc.want.MaxTokens ||
+				r.CacheSalt != tc.want.CacheSalt || !slices.Equal(r.TokenIDs, tc.want.TokenIDs) {
+				t.Fatalf("got %+v, want %+v", r, tc.want)
+			}
+		})
+	}
+}
+
+func FuzzParseBody(f *testing.F) {
+	for _, s := range []string{chatBody, `{"model":"m","prompt":[[1,2],[3]]}`, `{"model":"m","prompt":"x"}`, `{`, `null`, `{"model":"m","max_tokens":1,"messages":[]}`} {
+		f.Add(s, uint8(0))
+		f.Add(s, uint8(1))
+		f.Add(s, uint8(2))
+	}
+	apis := []scoring.API{scoring.APIChat, scoring.APICompletions, scoring.APIMessages}
+	f.Fuzz(func(t *testing.T, body string, api uint8) {
+		r := scoring.Request{API: apis[int(api)%len(apis)]}
+		err := parseBody(&r, []byte(body), "")
+		var br *badRequest
+		if err != nil && !errors.As(err, &br) {
+			t.Fatalf("error of type %T: %v", err, err)
+		}
+		if err == nil && r.Model == "" {
+			t.Fatal("accepted a request without a model")
+		}
+	})
+}
+
+func TestRegistryExpiresAndEndsOnce(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	var ends []scoring.Outcome
+	r := NewRegistry(time.Minute, func() time.Time { return now }, func(_ *Assignment, o scoring.Outcome) { ends = append(ends, o) })
+	a := r.Begin("a", &scoring.Decision{Worker: "w0"})
+	b := r.Begin("b", &scoring.Decision{Worker: "w0"})
+	if r.InFlight("w0") != 2 {
+		t.Fatalf("in flight %d", r.InFlight("w0"))
+	}
+	now = now.Add(30 * time.Second)
+	c := r.Begin("c", &scoring.Decision{Worker: "w1"})
+	now = now.Add(31 * time.Second)
+	if n := r.Expire(); n != 2 {
+		t.Fatalf("expired %d, want 2", n)
+	}
+	if r.End(a, scoring.Outcome{End: scoring.EndCompleted}) || r.End(b, scoring.Outcome{End: scoring.EndAborted}) {
+		t.Fatal("an expired assignment ended again")
+	}
+	if !r.End(c, scoring.Outcome{End: scoring.EndCompleted}) {
+		t.Fatal("c did not end")
+	}
+	if r.Len() != 0 || len(ends) != 3 || ends[0].End != scoring.EndExpired || ends[2].Duration != 31*time.Second {
+		t.Fatalf("len %d ends %+v", r.Len(), ends)
+	}
+}

@@ -1,0 +1,284 @@
+package extproc
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+)
+
+// Usage is the token accounting a response reported. A field is -1 when the
+// response did not report it.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int
+	CachedTokens     int
+}
+
+// watcher reads a response body as Envoy hands it over, chunk by chunk, and
+// records the first and last content token and the usage. It understands
+// OpenAI chunk streams and Anthropic event streams (text/event-stream) and
+// plain JSON bodies; chunks may be split anywhere. It never modifies bytes.
+// A watcher is used by one stream goroutine only.
+type watcher struct {
+	sse bool
+	// maxJSON bounds the non-streamed body kept for its usage.
+	maxJSON int
+
+	// SSE line state.
+	line      []byte // the incomplete current line
+	data      []byte // data lines of the event being assembled, joined by \n
+	hasData   bool
+	event     []byte // the event: field of the current event
+	skipLF    bool   // the last chunk ended in \r; a leading \n belongs to it
+	jsonBody  []byte // non-streamed body
+	truncated bool   // jsonBody exceeded maxJSON
+
+	firstToken time.Time
+	lastToken  time.Time
+	usage      Usage
+	done       bool   // [DONE], message_stop, or a complete JSON body seen
+	errMsg     string // an error event or error object in the stream
+	badEvents  int    // events whose data was not valid JSON
+}
+
+func newWatcher(contentType string, maxJSON int) *watcher {
+	return &watcher{
+		sse:     bytes.HasPrefix(bytes.TrimSpace([]byte(contentType)), []byte("text/event-stream")),
+		maxJSON: maxJSON,
+		usage:   Usage{-1, -1, -1},
+	}
+}
+
+// write consumes the next chunk, received at now.
+func (w *watcher) write(p []byte, now time.Time) {
+	if !w.sse {
+		if w.truncated {
+			return
+		}
+		if len(w.jsonBody)+len(p) > w.maxJSON {
+			w.truncated, w.jsonBody = true, nil
+			return
+		}
+		w.jsonBody = append(w.jsonBody, p...)
+		return
+	}
+	if w.skipLF && len(p) > 0 && p[0] == '\n' {
+		p = p[1:]
+	}
+	w.skipLF = false
+	for len(p) > 0 {
+		i := bytes.IndexAny(p, "\r\n")
+		if i < 0 {
+			w.line = append(w.line, p...)
+			return
+		}
+		var ln []byte
+		if len(w.line) > 0 {
+			w.line = append(w.line, p[:i]...)
+			ln = w.line
+		} else {
+			ln = p[:i]
+		}
+		if p[i] == '\r' {
+			if i+1 < len(p) && p[i+1] == '\n' {
+				i++
+			} else if i+1 == len(p) {
+				w.skipLF = true
+			}
+		}
+		w.field(ln, now)
+		w.line = w.line[:0]
+		p = p[i+1:]
+	}
+}
+
+// field handles one complete SSE line.
+func (w *watcher) field(ln []byte, now time.Time) {
+	if len(ln) == 0 {
+		w.dispatch(now)
+		return
+	}
+	if ln[0] == ':' { // comment / keep-alive
+		return
+	}
+	name, value := ln, []byte(nil)
+	if i := bytes.IndexByte(ln, ':'); i >= 0 {
+		name, value = ln[:i], ln[i+1:]
+		if len(value) > 0 && value[0] == ' ' {
+			value = value[1:]
+		}
+	}
+	switch string(name) {
+	case "data":
+		if w.hasData {
+			w.data = append(w.data, '\n')
+		}
+		w.data = append(w.data, value...)
+		w.hasData = true
+	case "event":
+		w.event = append(w.event[:0], value...)
+	}
+}
+
+// streamEvent is the union of the fields the watcher reads from OpenAI
+// chunks and Anthropic events.
+type streamEvent struct {
+	Type    string `json:"type"`
+	Choices []struct {
+		Text  string `json:"text"`
+		Delta struct {
+			Content          string          `json:"content"`
+			ReasoningContent string          `json:"reasoning_content"`
+			Reasoning        string          `json:"reasoning"`
+			ToolCalls        json.RawMessage `json:"tool_calls"`
+		} `json:"delta"`
+	} `json:"choices"`
+	Usage   *usageJSON      `json:"usage"`
+	Error   json.RawMessage `json:"error"`
+	Message *struct {
+		Usage *usageJSON `json:"usage"`
+	} `json:"message"`
+	Delta *struct {
+		Type        string `json:"type"`
+		Text        string `json:"text"`
+		Thinking    string `json:"thinking"`
+		PartialJSON string `json:"partial_json"`
+	} `json:"delta"`
+}
+
+// usageJSON covers OpenAI's and Anthropic's usage objects.
+type usageJSON struct {
+	PromptTokens        *int `json:"prompt_tokens"`
+	CompletionTokens    *int `json:"completion_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens *int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	InputTokens          *int `json:"input_tokens"`
+	OutputTokens         *int `json:"output_tokens"`
+	CacheReadInputTokens *int `json:"cache_read_input_tokens"`
+}
+
+func (w *watcher) dispatch(now time.Time) {
+	if !w.hasData {
+		w.event = w.event[:0]
+		return
+	}
+	data := w.data
+	w.data, w.hasData = w.data[:0], false
+	event := string(w.event)
+	w.event = w.event[:0]
+	if string(bytes.TrimSpace(data)) == "[DONE]" {
+		w.done = true
+		return
+	}
+	var ev streamEvent
+	if err := json.Unmarshal(data, &ev); err != nil {
+		w.badEvents++
+		return
+	}
+	if event == "" {
+		event = ev.Type
+	}
+	token := false
+	for _, c := range ev.Choices {
+		if c.Text != "" || c.Delta.Content != "" || c.Delta.ReasoningContent != "" || c.Delta.Reasoning != "" ||
+			(len(c.Delta.ToolCalls) > 0 && string(c.Delta.ToolCalls) != "null") {
+			token = true
+		}
+	}
+	switch event {
+	case "content_block_delta":
+		if d := ev.Delta; d != nil && (d.Text != "" || d.Thinking != "" || d.PartialJSON != "") {
+			token = true
+		}
+	case "message_start":
+		if ev.Message != nil {
+			w.addUsage(ev.Message.Usage)
+		}
+	case "message_stop":
+		w.done = true
+	case "error":
+		w.errMsg = errorText(ev.Error, data)
+	}
+	if len(ev.Error) > 0 && string(ev.Error) != "null" && w.errMsg == "" {
+		w.errMsg = errorText(ev.Error, data)
+	}
+	w.addUsage(ev.Usage)
+	if token {
+		if w.firstToken.IsZero() {
+			w.firstToken = now
+		}
+		w.lastToken = now
+	}
+}
+
+// addUsage merges reported counts; Anthropic splits them over events.
+func (w *watcher) addUsage(u *usageJSON) {
+	if u == nil {
+		return
+	}
+	set := func(dst *int, v *int) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&w.usage.PromptTokens, u.PromptTokens)
+	set(&w.usage.CompletionTokens, u.CompletionTokens)
+	if u.PromptTokensDetails != nil {
+		set(&w.usage.CachedTokens, u.PromptTokensDetails.CachedTokens)
+	}
+	set(&w.usage.PromptTokens, u.InputTokens)
+	set(&w.usage.CompletionTokens, u.OutputTokens)
+	set(&w.usage.CachedTokens, u.CacheReadInputTokens)
+}
+
+// finish ends the body at now: a pending SSE event without its blank line is
+// dispatched and a JSON body is read for its usage.
+func (w *watcher) finish(now time.Time) {
+	if w.sse {
+		if len(w.line) > 0 {
+			w.field(w.line, now)
+			w.line = w.line[:0]
+		}
+		w.dispatch(now)
+		return
+	}
+	if w.truncated || len(w.jsonBody) == 0 {
+		return
+	}
+	var ev streamEvent
+	if err := json.Unmarshal(w.jsonBody, &ev); err != nil {
+		w.badEvents++
+		return
+	}
+	w.done = true
+	w.addUsage(ev.Usage)
+	if len(ev.Error) > 0 && string(ev.Error) != "null" {
+		w.errMsg = errorText(ev.Error, w.jsonBody)
+	}
+	// A non-streamed body carries every token at once: its arrival is the
+	// last token, and the first token's time is unknown.
+	if w.usage.CompletionTokens > 0 {
+		w.lastToken = now
+	}
+	w.jsonBody = nil
+}
+
+// errorText extracts a message from an error object, or returns the raw data.
+func errorText(e json.RawMessage, data []byte) string {
+	var v struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(e, &v) == nil && v.Message != "" {
+		return v.Message
+	}
+	var s string
+	if json.Unmarshal(e, &s) == nil && s != "" {
+		return s
+	}
+	const max = 200
+	if len(data) > max {
+		data = data[:max]
+	}
+	return string(data)
+}

@@ -1,0 +1,308 @@
+package app
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/warmpath/warmpath/discovery"
+)
+
+// Config is warmpath's whole configuration, read from one YAML file.
+// Every field has a documented default applied by DefaultConfig; a file only
+// needs to say what differs. Unknown keys are an error.
+type Config struct {
+	// Listen holds the server addresses.
+	Listen ListenConfig `yaml:"listen"`
+	// Policy names the routing policy: warmpath (default), random,
+	// round-robin, least-request, prefix-max, affinity or dynamo-cost.
+	Policy string `yaml:"policy"`
+	// Models lists the served model names warmpath routes for.
+	Models []ModelConfig `yaml:"models"`
+	// Workers lists the vLLM servers when discovery is static.
+	Workers []WorkerConfig `yaml:"workers"`
+	// ExtProc tunes the Envoy-facing protocol handling.
+	ExtProc ExtProcConfig `yaml:"extproc"`
+	// Log sets the log level and format.
+	Log LogConfig `yaml:"log"`
+}
+
+// ListenConfig holds listen addresses. Port 0 picks a free port; the chosen
+// address is printed on the ready line.
+type ListenConfig struct {
+	// ExtProc is the ext_proc gRPC address. Default ":9002".
+	ExtProc string `yaml:"extproc"`
+	// Admin is the admin HTTP address (/metrics, /healthz, /readyz, /debug/*).
+	// Default ":9090".
+	Admin string `yaml:"admin"`
+}
+
+// ModelConfig describes one served model name.
+type ModelConfig struct {
+	// Name is the model name clients send in "model". Required.
+	Name string `yaml:"name"`
+	// Tokenizer is a directory holding tokenizer.json and
+	// tokenizer_config.json; empty means use the workers' /tokenize.
+	Tokenizer string `yaml:"tokenizer"`
+	// BlockSize is the engines' KV block size in tokens. Default 16.
+	BlockSize int `yaml:"block_size"`
+}
+
+// WorkerConfig is one statically configured vLLM server (see
+// discovery.Worker for the meaning of each field).
+type WorkerConfig struct {
+	Name             string   `yaml:"name"`
+	Address          string   `yaml:"address"`
+	Models           []string `yaml:"models"`
+	KVEvents         string   `yaml:"kv_events"`
+	KVReplay         string   `yaml:"kv_replay"`
+	DataParallelSize int      `yaml:"data_parallel_size"`
+}
+
+// ExtProcConfig tunes the ext_proc server.
+type ExtProcConfig struct {
+	// DestinationHeader is the request header that carries the chosen
+	// worker's host:port to Envoy. Default "x-gateway-destination-endpoint".
+	DestinationHeader string `yaml:"destination_header"`
+	// MetadataNamespace is the dynamic-metadata namespace the destination is
+	// also written to (key DestinationHeader). Default "envoy.lb"; "-" disables.
+	MetadataNamespace string `yaml:"metadata_namespace"`
+	// MaxBodyBytes is the largest request body accepted; larger gets 413.
+	// Default 16 MiB.
+	MaxBodyBytes int `yaml:"max_body_bytes"`
+	// MaxResponseBytes bounds how much of a non-streamed response body is kept
+	// to read its usage; the body itself always passes through. Default 4 MiB.
+	MaxResponseBytes int `yaml:"max_response_bytes"`
+	// MaxRecvMsgBytes is the gRPC receive limit; it must exceed the largest
+	// body chunk Envoy sends (BUFFERED sends the whole body). Default 64 MiB.
+	MaxRecvMsgBytes int `yaml:"max_recv_msg_bytes"`
+	// BodyMode is assumed when Envoy sends no protocol_config (before 1.34):
+	// "full_duplex" (default) or "buffered".
+	BodyMode string `yaml:"body_mode"`
+	// DebugHeaders adds x-warmpath-worker and x-warmpath-reason to responses.
+	// Default false.
+	DebugHeaders bool `yaml:"debug_headers"`
+	// AssignmentTTL ends an assignment whose response never finished.
+	// Default 30m.
+	AssignmentTTL Duration `yaml:"assignment_ttl"`
+	// DrainTimeout bounds graceful shutdown: in-flight streams get this long
+	// to finish after readiness turns NOT_SERVING. Default 30s.
+	DrainTimeout Duration `yaml:"drain_timeout"`
+	// RetryAfter is the Retry-After value (seconds) on 503 replies. Default 1.
+	RetryAfter int `yaml:"retry_after"`
+}
+
+// LogConfig selects the log level ("debug", "info", "warn", "error"; default
+// "info") and format ("text" default, or "json").
+type LogConfig struct {
+	Level  string `yaml:"level"`
+	Format string `yaml:"format"`
+}
+
+// Duration is a time.Duration written in YAML as a Go duration string
+// ("30s", "5m").
+type Duration time.Duration
+
+// UnmarshalYAML decodes "1m30s" style strings.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("line %d: duration must be a string like \"30s\"", n.Line)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration as a string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// DefaultConfig returns the configuration used for every key a file omits.
+func DefaultConfig() Config {
+	return Config{
+		Listen: ListenConfig{ExtProc: ":9002", Admin: ":9090"},
+		Policy: "warmpath",
+		ExtProc: ExtProcConfig{
+			DestinationHeader: "x-gateway-destination-endpoint",
+			MetadataNamespace: "envoy.lb",
+			MaxBodyBytes:      16 << 20,
+			MaxResponseBytes:  4 << 20,
+			MaxRecvMsgBytes:   64 << 20,
+			BodyMode:          "full_duplex",
+			AssignmentTTL:     Duration(30 * time.Minute),
+			DrainTimeout:      Duration(30 * time.Second),
+			RetryAfter:        1,
+		},
+		Log: LogConfig{Level: "info", Format: "text"},
+	}
+}
+
+// defaultBlockSize is vLLM's default KV block size on GPUs.
+const defaultBlockSize = 16
+
+// LoadConfig reads and strictly decodes the YAML file at path over the
+// defaults and validates the result.
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	cfg, err := ParseConfig(b)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig strictly decodes YAML over the defaults and validates it. An
+// unknown key is an error naming the key and its line.
+func ParseConfig(b []byte) (Config, error) {
+	cfg := DefaultConfig()
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("decode: %s", strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  "))
+	}
+	for i := range cfg.Models {
+		if cfg.Models[i].BlockSize == 0 {
+			cfg.Models[i].BlockSize = defaultBlockSize
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Policies lists the policy names Config.Policy accepts.
+var policies = []string{"warmpath", "random", "round-robin", "least-request", "prefix-max", "affinity", "dynamo-cost"}
+
+// Validate reports every problem in c, joined.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if err := checkListen(c.Listen.ExtProc); err != nil {
+		bad("listen.extproc: %w", err)
+	}
+	if err := checkListen(c.Listen.Admin); err != nil {
+		bad("listen.admin: %w", err)
+	}
+	if !contains(policies, c.Policy) {
+		bad("policy: %q is not one of %s", c.Policy, strings.Join(policies, ", "))
+	}
+	models := map[string]bool{}
+	for i, m := range c.Models {
+		switch {
+		case m.Name == "":
+			bad("models[%d].name: required", i)
+		case models[m.Name]:
+			bad("models[%d].name: %q listed twice", i, m.Name)
+		}
+		models[m.Name] = true
+		if m.BlockSize < 1 {
+			bad("models[%d].block_size: must be positive, got %d", i, m.BlockSize)
+		}
+	}
+	names := map[string]bool{}
+	for i, w := range c.Workers {
+		switch {
+		case w.Name == "":
+			bad("workers[%d].name: required", i)
+		case names[w.Name]:
+			bad("workers[%d].name: %q listed twice", i, w.Name)
+		}
+		names[w.Name] = true
+		if _, _, err := net.SplitHostPort(w.Address); err != nil || w.Address == "" {
+			bad("workers[%d].address: want host:port, got %q", i, w.Address)
+		}
+		if len(w.Models) == 0 {
+			bad("workers[%d].models: at least one served model name required", i)
+		}
+		for _, m := range w.Models {
+			if len(c.Models) > 0 && !models[m] {
+				bad("workers[%d].models: %q is not in models", i, m)
+			}
+		}
+		for _, ep := range []struct{ key, v string }{{"kv_events", w.KVEvents}, {"kv_replay", w.KVReplay}} {
+			if ep.v != "" && !strings.HasPrefix(ep.v, "tcp://") && !strings.HasPrefix(ep.v, "ipc://") {
+				bad("workers[%d].%s: want tcp://host:port, got %q", i, ep.key, ep.v)
+			}
+		}
+		if w.KVReplay != "" && w.KVEvents == "" {
+			bad("workers[%d].kv_replay: set without kv_events", i)
+		}
+		if w.DataParallelSize < 0 {
+			bad("workers[%d].data_parallel_size: must not be negative", i)
+		}
+	}
+	e := c.ExtProc
+	if e.DestinationHeader == "" || strings.ToLower(e.DestinationHeader) != e.DestinationHeader || strings.HasPrefix(e.DestinationHeader, ":") {
+		bad("extproc.destination_header: want a lower-case header name, got %q", e.DestinationHeader)
+	}
+	if e.MaxBodyBytes < 1 {
+		bad("extproc.max_body_bytes: must be positive")
+	}
+	if e.MaxResponseBytes < 1 {
+		bad("extproc.max_response_bytes: must be positive")
+	}
+	if e.MaxRecvMsgBytes < 1<<20 {
+		bad("extproc.max_recv_msg_bytes: must be at least 1 MiB")
+	}
+	if e.BodyMode != "full_duplex" && e.BodyMode != "buffered" {
+		bad("extproc.body_mode: want full_duplex or buffered, got %q", e.BodyMode)
+	}
+	if e.AssignmentTTL <= 0 {
+		bad("extproc.assignment_ttl: must be positive")
+	}
+	if e.DrainTimeout < 0 {
+		bad("extproc.drain_timeout: must not be negative")
+	}
+	if e.RetryAfter < 0 {
+		bad("extproc.retry_after: must not be negative")
+	}
+	if !contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
+		bad("log.level: want debug, info, warn or error, got %q", c.Log.Level)
+	}
+	if c.Log.Format != "text" && c.Log.Format != "json" {
+		bad("log.format: want text or json, got %q", c.Log.Format)
+	}
+	return errors.Join(errs...)
+}
+
+// DiscoveryWorkers converts the static worker list.
+func (c *Config) DiscoveryWorkers() []discovery.Worker {
+	ws := make([]discovery.Worker, len(c.Workers))
+	for i, w := range c.Workers {
+		ws[i] = discovery.Worker{
+			Name: w.Name, Address: w.Address, Models: w.Models,
+			KVEvents: w.KVEvents, KVReplay: w.KVReplay, DataParallelSize: w.DataParallelSize,
+		}
+	}
+	return ws
+}
+
+func checkListen(addr string) error {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("want host:port or :port, got %q", addr)
+	}
+	return nil
+}
+
+func contains(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
