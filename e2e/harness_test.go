@@ -1,0 +1,200 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	"github.com/warmpath/warmpath/e2e/envoytest"
+	"github.com/warmpath/warmpath/envoy"
+)
+
+// warmpathBin is built once by TestMain.
+var warmpathBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "warmpath-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	warmpathBin = filepath.Join(dir, "warmpath")
+	out, err := exec.Command("go", "build", "-o", warmpathBin, "github.com/warmpath/warmpath/cmd/warmpath").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build warmpath: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// syncBuffer is a bytes.Buffer safe for a process writing while a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// warmpathProc is a running warmpath process.
+type warmpathProc struct {
+	ExtProc, Admin string
+}
+
+// startWarmpath runs the warmpath binary with the config YAML (listen
+// addresses are forced to :0) until the test ends; its log is printed only
+// if the test fails.
+func startWarmpath(t testing.TB, config string) *warmpathProc {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "warmpath.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(warmpathBin, "serve", "--config", path, "--extproc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0")
+	var log syncBuffer
+	cmd.Stderr = &log
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("warmpath log:\n%s", log.String())
+		}
+	})
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "warmpath ready ") {
+				ready <- sc.Text()
+			}
+		}
+	}()
+	select {
+	case line := <-ready:
+		p := &warmpathProc{}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "extproc="); ok {
+				p.ExtProc = v
+			}
+			if v, ok := strings.CutPrefix(f, "admin="); ok {
+				p.Admin = v
+			}
+		}
+		return p
+	case <-exited:
+		t.Fatalf("warmpath exited before ready:\n%s", log.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("warmpath not ready within 30s:\n%s", log.String())
+	}
+	return nil
+}
+
+// metric returns the value of the first sample of name whose labels contain
+// every given label pair ("k=\"v\""), or 0.
+func (p *warmpathProc) metric(t testing.TB, name string, labels ...string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + p.Admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	total := 0.0
+	for _, ln := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(ln, name+"{") && !strings.HasPrefix(ln, name+" ") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(ln, l)
+		}
+		if ok {
+			v, _ := strconv.ParseFloat(ln[strings.LastIndexByte(ln, ' ')+1:], 64)
+			total += v
+		}
+	}
+	return total
+}
+
+// waitFor polls cond every 20 ms for up to 10 s.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// startEnvoy runs the bootstrap file (relative to the repo root) with its
+// listener and admin on :0 and the warmpath cluster pointed at extproc.
+// mutate may adjust the bootstrap further.
+func startEnvoy(t testing.TB, file, extproc string) *envoytest.Envoy {
+	t.Helper()
+	bs, err := envoy.LoadBootstrap(filepath.Join(envoytest.RepoRoot(t), file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs.Admin.Address.GetSocketAddress().PortSpecifier = &corev3.SocketAddress_PortValue{PortValue: 0}
+	for _, l := range bs.StaticResources.Listeners {
+		l.Address.GetSocketAddress().PortSpecifier = &corev3.SocketAddress_PortValue{PortValue: 0}
+	}
+	host, port, _ := strings.Cut(extproc, ":")
+	pn, _ := strconv.Atoi(port)
+	for _, c := range bs.StaticResources.Clusters {
+		if c.Name == "warmpath" {
+			setEndpoint(c, host, pn)
+		}
+	}
+	b, err := envoy.MarshalBootstrap(bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return envoytest.Start(t, b)
+}
+
+func setEndpoint(c *clusterv3.Cluster, host string, port int) {
+	sa := c.LoadAssignment.Endpoints[0].LbEndpoints[0].GetEndpoint().Address.GetSocketAddress()
+	sa.Address = host
+	sa.PortSpecifier = &corev3.SocketAddress_PortValue{PortValue: uint32(port)}
+}
