@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -124,7 +125,7 @@ func Start(t testing.TB, config []byte) *Envoy {
 		}
 		if b, err := os.ReadFile(adminPath); err == nil && len(b) > 0 {
 			e := &Envoy{Admin: strings.TrimSpace(string(b))}
-			if ls, err := listeners(e.Admin); err == nil && len(ls) > 0 {
+			if ls, err := listeners(e.Admin); err == nil && len(ls) > 0 && live(e.Admin) && accepting(ls) {
 				e.Listeners = ls
 				return e
 			}
@@ -133,6 +134,28 @@ func Start(t testing.TB, config []byte) *Envoy {
 	}
 	t.Fatalf("envoy did not start listening within 30s\n%s", tail(log.String(), 100))
 	return nil
+}
+
+// live reports whether Envoy's server state is LIVE (workers started).
+func live(admin string) bool {
+	resp, err := http.Get("http://" + admin + "/ready")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// accepting reports whether every listener accepts TCP connections.
+func accepting(ls map[string]string) bool {
+	for _, a := range ls {
+		c, err := net.DialTimeout("tcp", a, time.Second)
+		if err != nil {
+			return false
+		}
+		c.Close()
+	}
+	return true
 }
 
 func listeners(admin string) (map[string]string, error) {
