@@ -130,7 +130,7 @@ type harness struct {
 	client extprocv3.ExternalProcessorClient
 }
 
-func newHarness(t *testing.T, cfg Config, opts ...Option) *harness {
+func newHarness(t testing.TB, cfg Config, opts ...Option) *harness {
 	t.Helper()
 	h := &harness{picker: newFakePicker(), pool: &fakePool{workers: testWorkers}, reg: prometheus.NewRegistry()}
 	h.srv = New(cfg, h.pool, h.picker, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), opts...)
@@ -160,7 +160,7 @@ func newHarness(t *testing.T, cfg Config, opts ...Option) *harness {
 
 // envoy is one fake Envoy stream.
 type envoy struct {
-	t      *testing.T
+	t      testing.TB
 	stream extprocv3.ExternalProcessor_ProcessClient
 	cancel context.CancelFunc
 	first  bool
@@ -168,7 +168,7 @@ type envoy struct {
 	respM  filterv3.ProcessingMode_BodySendMode
 }
 
-func (h *harness) open(t *testing.T, reqMode, respMode filterv3.ProcessingMode_BodySendMode) *envoy {
+func (h *harness) open(t testing.TB, reqMode, respMode filterv3.ProcessingMode_BodySendMode) *envoy {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	st, err := h.client.Process(ctx)
