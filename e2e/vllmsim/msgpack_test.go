@@ -150,4 +150,3 @@ func (d *mpDecoder) mapv(n, depth int) (any, error) {
 	}
 	return out, nil
 }
-

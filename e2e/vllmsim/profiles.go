@@ -33,25 +33,29 @@ func Profiles() []Profile {
 	return []Profile{
 		{
 			// NVIDIA L40S (48 GB, 864 GB/s, 362 dense FP8 TFLOPS) serving a
-			// ~27B model in FP8 (e.g. Gemma-3-27B / Qwen-27B class), vLLM's
-			// default budget for GPUs under 70 GiB: 2048 tokens, 256 seqs.
-			//   a: 27 GB of FP8 weights / 864 GB/s = 31 ms, +4 ms overhead → 35 ms.
-			//   b: 2·27e9 = 54 GFLOP/token at ~180 TFLOPS effective → 0.30 ms/token,
-			//      so a full 2048-token chunk costs ~0.65 s and a 14K-token
-			//      prefix ~4.3 s of GPU time: the miss that random routing pays.
+			// ~27B model in FP8 with an FP8 KV cache (Gemma-2-27B shape: 46
+			// layers, 16 KV heads of 128), vLLM's default budget for GPUs under
+			// 70 GiB: 2048 tokens, 256 seqs.
+			//   a: 27 GB of FP8 weights / 864 GB/s = 31 ms, +4 ms launch and
+			//      sampling overhead → 35 ms.
+			//   b: 2·27e9 = 54 GFLOP/token at ~180 TFLOPS effective (50% MFU)
+			//      → 0.30 ms/token: a full 2048-token chunk costs ~0.65 s and a
+			//      14K-token prefix ~4.2 s of GPU time, the miss random routing pays.
 			//   c: 0.15 ms per decoding sequence.
-			//   d: KV of a 62-layer, 16-KV-head × 128 GQA model in FP8 is ~250 KB
-			//      per token → 250e3 / 864e9 ≈ 290 ns per context token.
+			//   d: KV per token 46 × 16 × 128 × 2 (K,V) × 1 byte = 188 KB;
+			//      188e3 / 864e9 ≈ 218 ns per context token read.
 			//   KV blocks: 48 GB × 0.9 − 27 GB weights − ~3 GB activations ≈ 13 GB
-			//      → 13e9 / 250e3 ≈ 52K tokens ≈ 3250 blocks of 16. Three such
-			//      workers hold ~156K tokens: about ten 14K-token prefixes in
-			//      total, but only ~3 each, which is what makes routing matter.
+			//      / 188 KB ≈ 69K tokens ≈ 4300 blocks of 16.
+			// With the published pattern (9 prefixes of 12–16K tokens, 3 workers)
+			// one worker holds about 4–5 prefixes: all of its own under
+			// prefix-affine routing, less than half of all of them under
+			// random routing, which is what makes routing matter.
 			Name:        "l40s-27b-fp8",
 			Description: "L40S 48GB, ~27B model in FP8, budget 2048",
 			Engine: EngineConfig{
-				BlockSize: 16, NumGPUBlocks: 3250, MaxNumBatchedTokens: 2048, MaxNumSeqs: 256, MaxModelLen: 32768,
+				BlockSize: 16, NumGPUBlocks: 4300, MaxNumBatchedTokens: 2048, MaxNumSeqs: 256, MaxModelLen: 32768,
 				Step: StepCost{Overhead: 35 * time.Millisecond, PrefillPerToken: 300 * time.Microsecond,
-					DecodePerSeq: 150 * time.Microsecond, ContextPicosPerToken: 290_000},
+					DecodePerSeq: 150 * time.Microsecond, ContextPicosPerToken: 218_000},
 			},
 		},
 		{
