@@ -101,6 +101,7 @@ type Request struct {
 	done       bool
 	scheduled  int // tokens scheduled in the current step
 	firstAt    time.Duration
+	startAt    time.Duration // first scheduled; -1 before
 }
 
 // Output reports what a step produced for one request: a generated token,
@@ -115,8 +116,9 @@ type Output struct {
 	Finished bool
 	// PromptTokens, CachedTokens and Generated are the usage figures so far.
 	PromptTokens, CachedTokens, Generated int
-	// Arrival and FirstToken are the request's arrival and first-token times.
-	Arrival, FirstToken time.Duration
+	// Arrival, Scheduled and FirstToken are when the request arrived, was
+	// first scheduled and got its first token, on the engine clock.
+	Arrival, Scheduled, FirstToken time.Duration
 }
 
 // StepResult is the outcome of one engine step.
@@ -183,7 +185,7 @@ func (e *Engine) Add(r *Request) error {
 	r.MaxTokens = max(1, min(r.MaxTokens, e.cfg.MaxModelLen-len(r.Prompt), e.pool.usable()*e.cfg.BlockSize-len(r.Prompt)))
 	r.tokens = append(make([]uint32, 0, len(r.Prompt)+r.MaxTokens), r.Prompt...)
 	r.hashes = e.hasher.chain(nil, r.tokens, e.cfg.BlockSize, r.extraKeys)
-	r.cached = -1
+	r.cached, r.startAt = -1, -1
 	e.waiting = append(e.waiting, r)
 	return nil
 }
@@ -323,7 +325,7 @@ func (e *Engine) Step(now time.Duration) StepResult {
 			r.blocks = append(hits, e.pool.allocate(need)...)
 			r.registered, r.computed = len(hits), done
 			if r.cached < 0 {
-				r.cached = done
+				r.cached, r.startAt = done, now
 			}
 			res.Queries += len(r.tokens)
 			res.Hits += done
@@ -362,7 +364,7 @@ func (e *Engine) Step(now time.Duration) StepResult {
 		out := Output{
 			Req: r, Token: tok, Index: r.generated - 1,
 			PromptTokens: len(r.Prompt), CachedTokens: r.cached, Generated: r.generated,
-			Arrival: r.Arrival, FirstToken: r.firstAt,
+			Arrival: r.Arrival, Scheduled: r.startAt, FirstToken: r.firstAt,
 		}
 		if r.generated >= r.MaxTokens {
 			out.Finished = true
