@@ -61,7 +61,7 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 		ae = &apiError{status: http.StatusInternalServerError, msg: err.Error()}
 	}
 	if ae.status < 500 {
-		s.met.badRequests.WithLabelValues(ae.reason).Inc()
+		s.met.badRequests.WithLabelValues(s.model, ae.reason).Inc()
 	}
 	writeJSON(w, ae.status, errorBody{Error: errorDetail{Message: ae.msg, Type: errorType(ae.status), Code: ae.status}})
 }
@@ -340,7 +340,7 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, g *genRequest,
 
 	f, spike, dieAfter := s.drawFault()
 	if spike > 0 {
-		s.met.faults.WithLabelValues("latency_spike").Inc()
+		s.met.faults.WithLabelValues(s.model, "latency_spike").Inc()
 		t := time.NewTimer(spike)
 		select {
 		case <-t.C:
@@ -351,18 +351,18 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, g *genRequest,
 	}
 	switch f {
 	case faultError:
-		s.met.faults.WithLabelValues("error").Inc()
+		s.met.faults.WithLabelValues(s.model, "error").Inc()
 		s.writeError(w, errors.New("simulated engine failure (fault injection)"))
 		return
 	case faultHang:
-		s.met.faults.WithLabelValues("hang").Inc()
+		s.met.faults.WithLabelValues(s.model, "hang").Inc()
 		<-r.Context().Done()
 		return
 	case faultDie:
 		if !gn.stream {
 			dieAfter = -1 // a non-streamed request dies before its response
 		}
-		s.met.faults.WithLabelValues("die").Inc()
+		s.met.faults.WithLabelValues(s.model, "die").Inc()
 	default:
 		dieAfter = 0
 	}

@@ -40,7 +40,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, l)
 	}
 	counter := func(name, help string, extra ...string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, append(append([]string{}, l...), extra...))
+		// prometheus_client (Python) appends _total to counters; the Go client does not.
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name + "_total", Help: help}, append(append([]string{}, l...), extra...))
 	}
 	hist := func(name, help string, b []float64) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: b}, l)
@@ -71,8 +72,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		eventsDropped:    counter("vllmsim_kv_event_batches_dropped", "KV-event batches not sent (fault injection or send error)."),
 		replays:          counter("vllmsim_kv_event_replays", "Replay requests served."),
 		replayErrors:     counter("vllmsim_kv_event_replay_errors", "Malformed replay requests ignored."),
-		faults:           counter("vllmsim_faults_injected", "Faults injected into requests.", "fault"),
-		badRequests:      counter("vllmsim_bad_requests", "Requests rejected with a 4xx status.", "reason"),
+		faults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllmsim_faults_injected_total",
+			Help: "Faults injected into requests."}, []string{"model_name", "fault"}),
+		badRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllmsim_bad_requests_total",
+			Help: "Requests rejected with a 4xx status, by reason."}, []string{"model_name", "reason"}),
 	}
 	for _, c := range []prometheus.Collector{m.running, m.waiting, m.kvUsage, m.queries, m.hits, m.preemptions,
 		m.promptTokens, m.generationTokens, m.success, m.ttft, m.itl, m.e2e, m.queueTime, m.prefillTime,
