@@ -55,6 +55,12 @@ func (c *Cluster) Do(at time.Duration, f func()) {
 // Run processes events until every engine is idle and nothing is due.
 func (c *Cluster) Run() error {
 	for {
+		for w, e := range c.engines {
+			if !c.busy[w] && !e.Idle() {
+				c.pending[w] = e.Step(c.now)
+				c.busy[w] = true
+			}
+		}
 		t, ok := c.next()
 		if !ok {
 			return nil
@@ -87,12 +93,6 @@ func (c *Cluster) Run() error {
 			a.req.Arrival = a.at
 			if err := c.engines[a.worker].Add(a.req); err != nil && c.OnReject != nil {
 				c.OnReject(a.worker, a.req, err)
-			}
-		}
-		for w, e := range c.engines {
-			if !c.busy[w] && !e.Idle() {
-				c.pending[w] = e.Step(t)
-				c.busy[w] = true
 			}
 		}
 	}
