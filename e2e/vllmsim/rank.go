@@ -285,11 +285,13 @@ func (r *rank) account(res StepResult) {
 	m.queries.Add(float64(res.Queries))
 	m.hits.Add(float64(res.Hits))
 	m.preemptions.Add(float64(res.Preempted))
-	m.promptTokens.Add(float64(res.PrefillTokens))
 	m.generationTokens.Add(float64(len(res.Outputs)))
 	end := (res.Start + res.Duration).Seconds()
 	for _, o := range res.Outputs {
 		if o.Index == 0 {
+			// As vLLM, prompt tokens count the whole prompt, cached or not,
+			// when its prefill completes.
+			m.promptTokens.Add(float64(o.PromptTokens))
 			m.ttft.Observe(o.FirstToken.Seconds() - o.Arrival.Seconds())
 			m.queueTime.Observe(o.Scheduled.Seconds() - o.Arrival.Seconds())
 			m.prefillTime.Observe(o.FirstToken.Seconds() - o.Scheduled.Seconds())
