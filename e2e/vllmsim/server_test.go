@@ -59,7 +59,7 @@ func (fakeTokenizer) Decode(ids []uint32) (string, error) {
 }
 
 // startServer runs a server on :0 listeners until the test ends.
-func startServer(t *testing.T, cfg Config, opts ...Option) *Server {
+func startServer(t testing.TB, cfg Config, opts ...Option) *Server {
 	t.Helper()
 	srv, err := NewServer(cfg, opts...)
 	if err != nil {
@@ -77,7 +77,7 @@ func startServer(t *testing.T, cfg Config, opts ...Option) *Server {
 	return srv
 }
 
-func testConfig(t *testing.T) Config {
+func testConfig(t testing.TB) Config {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Port = 0
