@@ -133,6 +133,16 @@ func (p *publisher) run(ctx context.Context) error {
 		case b := <-p.queue:
 			p.send(&b)
 		case <-tick.C:
+			// Send what is queued first, so a replay includes every batch
+			// queued before the request arrived.
+			for drained := false; !drained; {
+				select {
+				case b := <-p.queue:
+					p.send(&b)
+				default:
+					drained = true
+				}
+			}
 			p.serveReplays()
 		}
 	}

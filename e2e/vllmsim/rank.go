@@ -245,6 +245,11 @@ func (r *rank) run(ctx context.Context) error {
 		}
 		t = end
 		r.account(res)
+		// Events go out before the outputs reach clients, as vLLM's engine
+		// core publishes them before its outputs reach the API server.
+		if len(res.Events) > 0 {
+			r.emit(ctx, res.Events)
+		}
 		r.mu.Lock()
 		for _, o := range res.Outputs {
 			l := r.live[o.Req]
@@ -258,9 +263,6 @@ func (r *rank) run(ctx context.Context) error {
 			l.deliver(o)
 		}
 		r.mu.Unlock()
-		if len(res.Events) > 0 {
-			r.emit(ctx, res.Events)
-		}
 	}
 }
 

@@ -523,3 +523,34 @@ func TestServerDataParallelEndpoints(t *testing.T) {
 		t.Fatalf("state %+v", st)
 	}
 }
+
+// TestServerKVEventFaults checks the drop and restart options: dropped
+// batches are not published but stay replayable, and a restart makes the
+// sequence start again at 0 with an empty replay ring.
+func TestServerKVEventFaults(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.KVEventsDropFraction = 1
+	srv := startServer(t, cfg)
+	checkCompletionStream(t, streamCompletion(t, srv, synthTokens(5, 64), 1), 1)
+	seqs, _ := replayAll(t, srv.ReplayEndpoints()[0], 0)
+	if len(seqs) != 1 || seqs[0] != 0 {
+		t.Fatalf("replayed %v, want [0]", seqs)
+	}
+	m := srv.ranks[0].met
+	if testutil.ToFloat64(m.batchesPublished) != 0 || testutil.ToFloat64(m.eventsDropped) != 1 {
+		t.Errorf("published %v dropped %v", testutil.ToFloat64(m.batchesPublished), testutil.ToFloat64(m.eventsDropped))
+	}
+
+	srv.RestartKVEvents(t.Context())
+	checkCompletionStream(t, streamCompletion(t, srv, synthTokens(6, 64), 1), 1)
+	seqs, payloads := replayAll(t, srv.ReplayEndpoints()[0], 0)
+	if len(seqs) != 1 || seqs[0] != 0 {
+		t.Fatalf("after restart replayed %v, want [0]", seqs)
+	}
+	v, _ := decodeMsgpack(payloads[0])
+	toks := v.([]any)[1].([]any)[0].(map[string]any)["token_ids"].([]any)
+	if toks[0] != uint64(synthTokens(6, 1)[0]) {
+		t.Errorf("replayed batch is not the post-restart one: %v", toks[:4])
+	}
+}
