@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/warmpath/warmpath/discovery"
 )
 
 // PromptTokenizer turns request bodies into prompt token ids exactly as
@@ -169,6 +171,19 @@ func (s *Server) ReplayEndpoints() []string {
 		}
 	}
 	return out
+}
+
+// Worker describes the server as a member of a warmpath worker pool.
+func (s *Server) Worker(name string) discovery.Worker {
+	w := discovery.Worker{Name: name, Address: s.HTTPAddr(), Models: append([]string(nil), s.cfg.ServedModelNames...),
+		DataParallelSize: s.cfg.DataParallelSize}
+	if ev := s.KVEventsEndpoints(); len(ev) > 0 {
+		w.KVEvents = ev[0]
+	}
+	if rep := s.ReplayEndpoints(); len(rep) > 0 {
+		w.KVReplay = rep[0]
+	}
+	return w
 }
 
 // Registry returns the registry holding the server's metrics.

@@ -379,6 +379,44 @@ func TestServerChatAndMessagesStreams(t *testing.T) {
 		t.Errorf("messages events %q, want %q", names, want)
 	}
 
+	// Non-streamed responses.
+	resp = post(t, t.Context(), srv.HTTPAddr(), "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":3}`)
+	var chat struct {
+		Object  string `json:"object"`
+		Choices []struct {
+			Message struct {
+				Role    string `json:"role"`
+				Content string `json:"content"`
+			} `json:"message"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage usageMsg `json:"usage"`
+	}
+	json.NewDecoder(resp.Body).Decode(&chat)
+	resp.Body.Close()
+	if chat.Object != "chat.completion" || len(chat.Choices) != 1 || chat.Choices[0].Message.Role != "assistant" ||
+		len(chat.Choices[0].Message.Content) != 3 || chat.Usage.CompletionTokens != 3 || chat.Usage.PromptTokens != len("<user>hi<assistant>") {
+		t.Errorf("chat response %+v", chat)
+	}
+	resp = post(t, t.Context(), srv.HTTPAddr(), "/v1/messages", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}`)
+	var msg struct {
+		Type       string `json:"type"`
+		StopReason string `json:"stop_reason"`
+		Content    []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+		Usage struct {
+			InputTokens  int `json:"input_tokens"`
+			OutputTokens int `json:"output_tokens"`
+		} `json:"usage"`
+	}
+	json.NewDecoder(resp.Body).Decode(&msg)
+	resp.Body.Close()
+	if msg.Type != "message" || msg.StopReason != "max_tokens" || len(msg.Content) != 1 || msg.Usage.OutputTokens != 2 {
+		t.Errorf("messages response %+v", msg)
+	}
+
 	resp = post(t, t.Context(), srv.HTTPAddr(), "/tokenize", `{"prompt":"abc"}`)
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -521,6 +559,10 @@ func TestServerDataParallelEndpoints(t *testing.T) {
 	}
 	if st := srv.State(); len(st) != 2 || st[1].Rank != 1 {
 		t.Fatalf("state %+v", st)
+	}
+	w := srv.Worker("w0")
+	if w.Address != srv.HTTPAddr() || w.KVEvents != ev[0] || w.KVReplay != rep[0] || w.Ranks() != 2 || !w.Serves("sim-model") {
+		t.Errorf("worker %+v", w)
 	}
 }
 
