@@ -123,8 +123,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.TimeScale, cfg.EnablePromptTokensDetails, cfg.DefaultMaxTokens = *timeScale, *details, *defMax
 	cfg.Faults = Faults{ErrorFraction: *errFrac, SpikeFraction: *spikeFrac, Spike: *spike, HangFraction: *hangFrac,
 		DieFraction: *dieFrac, DieAfterTokens: *dieAfter}
+	opts := []Option{WithLogger(log)}
 	if *tokenizer != "" {
-		errs = append(errs, fmt.Errorf("--tokenizer %s: %w", *tokenizer, ErrTokenizerUnavailable))
+		tok, err := loadTokenizer(*tokenizer)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			opts = append(opts, WithTokenizer(tok))
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		errs = append(errs, err)
@@ -133,7 +139,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	srv, err := NewServer(cfg, WithLogger(log))
+	srv, err := NewServer(cfg, opts...)
 	if err != nil {
 		return err
 	}

@@ -204,6 +204,15 @@ func (s *Server) CachedPrefix(rank int, prompt []uint32, salt string) int {
 	return s.ranks[rank].cachedPrefix(prompt, salt)
 }
 
+// CachedHashes returns the 64-bit wire hashes of every block cached on
+// rank now, in no particular order.
+func (s *Server) CachedHashes(rank int) []uint64 {
+	r := s.ranks[rank]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.eng.CachedHashes()
+}
+
 // SetFaults replaces the injected faults for requests arriving from now on.
 func (s *Server) SetFaults(f Faults) { s.faults.Store(&f) }
 

@@ -268,6 +268,9 @@ func TestServerCompletionsKVEventsAndReplay(t *testing.T) {
 	if got := srv.CachedPrefix(0, prompt, ""); got != 96 {
 		t.Errorf("CachedPrefix = %d, want 96", got)
 	}
+	if hs := srv.CachedHashes(0); len(hs) < 6 {
+		t.Errorf("CachedHashes: %d blocks, want at least the prompt's 6", len(hs))
+	}
 	if got := srv.CachedPrefix(0, prompt, "salt"); got != 0 {
 		t.Errorf("CachedPrefix with a salt = %d, want 0", got)
 	}
