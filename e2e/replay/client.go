@@ -25,9 +25,9 @@ const (
 	// tools use.
 	ClientShared ClientMode = "shared"
 	// ClientSticky is Count independent clients, each with its own
-	// kept-alive connections; session i always uses client i mod Count (in
-	// closed loops, stream i does). Behind a Kubernetes Service, which picks
-	// a pod per new connection, each client sticks to one pod.
+	// kept-alive connections; session i always uses client i mod Count.
+	// Behind a Kubernetes Service, which picks a pod per new connection,
+	// each client sticks to one pod.
 	ClientSticky ClientMode = "sticky"
 	// ClientPerRequest opens a new connection for every request.
 	ClientPerRequest ClientMode = "per-request"

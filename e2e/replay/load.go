@@ -194,9 +194,15 @@ func arrivals(s runSpec, sessions []Session, seed int64) []time.Duration {
 }
 
 // sweepRates spreads n rates evenly strictly between lo and hi, as GuideLLM's
-// sweep does between its synchronous and throughput measurements.
+// sweep does between its synchronous and throughput measurements. When the
+// throughput run was no faster than the synchronous one (a server that does
+// not batch, or noise on tiny runs), it spreads them up to twice the larger.
 func sweepRates(lo, hi float64, n int) []float64 {
-	if n <= 0 || !(hi > lo) {
+	lo, hi = min(lo, hi), max(lo, hi)
+	if hi <= lo {
+		hi = 2 * hi
+	}
+	if n <= 0 || !(lo > 0) {
 		return nil
 	}
 	out := make([]float64, n)

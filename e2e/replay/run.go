@@ -274,13 +274,13 @@ func (r *runner) execute(ctx context.Context, spec runSpec, sessions []Session, 
 	var runErr error
 	if spec.closed() {
 		next := make(chan int)
-		for stream := range spec.streams() {
+		for range spec.streams() {
 			wg.Go(func() {
 				for i := range next {
 					if !deadline.IsZero() && !r.clock.Now().Before(deadline) {
 						continue // past MaxDuration: drain without sending
 					}
-					r.session(ctx, start, start, &sessions[i], stream, col)
+					r.session(ctx, start, start, &sessions[i], i, col)
 				}
 			})
 		}
@@ -370,8 +370,9 @@ func (c *collector) sorted() []Result {
 	return out
 }
 
-// session sends s's turns in order on client slot, waiting each turn's
-// think time; it stops at the first failed turn or when ctx is done.
+// session sends s's turns in order on client slot mod the number of
+// clients, waiting each turn's think time; it stops at the first failed turn
+// or when ctx is done.
 func (r *runner) session(ctx context.Context, start, scheduled time.Time, s *Session, slot int, col *collector) {
 	client := r.clients[slot%len(r.clients)]
 	clientIdx := slot % len(r.clients)
