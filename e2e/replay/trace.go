@@ -104,10 +104,11 @@ func ParseAzure(r io.Reader) ([]TraceRecord, error) {
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		line, _ := cr.FieldPos(0)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrTrace, err)
 		}
+		line, _ := cr.FieldPos(0) // only valid after a successful Read
+
 		ts, err := time.Parse(azureTimeLayout, row[0])
 		if err != nil {
 			return nil, fmt.Errorf("%w: line %d: %w", ErrTrace, line, err)
