@@ -109,7 +109,8 @@ func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			write(fmt.Sprintf("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"tok%d \"}}\n\n", i))
 		}
 		write(fmt.Sprintf("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"},\"usage\":{\"output_tokens\":%d}}\n\n", n))
-		write("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+		// vLLM follows message_stop with an OpenAI-style terminator.
+		write("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\ndata: [DONE]\n\n")
 		return
 	}
 	chat := r.URL.Path == "/v1/chat/completions"

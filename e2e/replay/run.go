@@ -330,7 +330,11 @@ func (r *runner) execute(ctx context.Context, spec runSpec, sessions []Session, 
 	wg.Wait()
 	r.progress.end()
 	run.Requests = col.sorted()
-	run.Summary = summarize(run.Requests, col.last.Sub(start), r.cfg.SLO)
+	var elapsed time.Duration
+	if !col.last.IsZero() {
+		elapsed = col.last.Sub(start)
+	}
+	run.Summary = summarize(run.Requests, elapsed, r.cfg.SLO)
 	if runErr != nil {
 		return run, fmt.Errorf("run %s: %w", run.Name, runErr)
 	}

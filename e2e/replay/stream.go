@@ -58,7 +58,10 @@ type openAIChunk struct {
 }
 
 // anthropicEvent is the part of an Anthropic Messages stream event the client
-// reads.
+// reads. vLLM reports input_tokens as the whole prompt (OpenAI's
+// prompt_tokens), not Anthropic's uncached part, and sends no
+// cache_read_input_tokens; when a server does send it, it is taken as the
+// cached prompt tokens.
 type anthropicEvent struct {
 	Type    string `json:"type"`
 	Message *struct {
@@ -129,6 +132,12 @@ func (s *streamState) onOpenAI(now time.Time, data []byte) error {
 }
 
 func (s *streamState) onAnthropic(now time.Time, event string, data []byte) error {
+	if bytes.Equal(bytes.TrimSpace(data), []byte("[DONE]")) {
+		// vLLM's Messages endpoint ends its stream with an OpenAI-style
+		// terminator after message_stop (and after an error event).
+		s.done = true
+		return nil
+	}
 	var e anthropicEvent
 	if err := json.Unmarshal(data, &e); err != nil {
 		return fmt.Errorf("decode %q event: %w", event, err)

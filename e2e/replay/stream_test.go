@@ -77,6 +77,21 @@ func TestReadStream(t *testing.T) {
 			wantTTFT: 40 * ms, wantITL: 30 * ms, wantE2E: 71 * ms, wantUsage: [3]int{100, 2, 64}, wantText: "Hi there",
 		},
 		{
+			// As vLLM's Messages endpoint streams: usage on message_start
+			// and message_delta, no cache field, a bare [DONE] at the end.
+			name: "anthropic messages from vllm",
+			api:  APIMessages,
+			pieces: []timedPiece{
+				{25 * ms, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"chatcmpl-1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"qwen3\",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":640,\"output_tokens\":0}}}\n\n"},
+				{0, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"},
+				{0, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n"},
+				{0, "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n"},
+				{0, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"},\"usage\":{\"input_tokens\":640,\"output_tokens\":1}}\n\n"},
+				{2 * ms, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\ndata: [DONE]\n\n"},
+			},
+			wantTTFT: 25 * ms, wantE2E: 27 * ms, wantUsage: [3]int{640, 1, -1}, wantText: "Hi",
+		},
+		{
 			name: "error event mid-stream",
 			api:  APIChat,
 			pieces: []timedPiece{
