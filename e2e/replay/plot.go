@@ -57,6 +57,7 @@ func ttftCDFPlot(c *Comparison) (*plot.Plot, error) {
 	p.X.Label.Text = "TTFT (s)"
 	p.Y.Label.Text = "fraction of requests"
 	p.Y.Min, p.Y.Max = 0, 1
+	p.X.Min = 0
 	p.Legend.Top = false
 	p.Legend.Left = false
 	p.Add(plotter.NewGrid())

@@ -119,6 +119,7 @@ type Report struct {
 	SLO      SLO            `json:"slo"`
 	Workload WorkloadConfig `json:"workload"`
 	Load     LoadConfig     `json:"load"`
+	Clients  ClientConfig   `json:"clients"`
 	Started  time.Time      `json:"started"`
 	Runs     []RunReport    `json:"runs"`
 	// PeakGoodput is the highest completed request rate (requests/minute)

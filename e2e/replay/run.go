@@ -170,7 +170,7 @@ func Run(ctx context.Context, cfg Config, opts ...Option) (*Report, error) {
 	}
 	rep := &Report{
 		Label: cfg.Label, Target: cfg.BaseURL, Seed: cfg.Seed, SLO: cfg.SLO,
-		Workload: cfg.Workload, Load: cfg.Load, Started: o.clock.Now(),
+		Workload: cfg.Workload, Load: cfg.Load, Clients: cfg.Clients, Started: o.clock.Now(),
 	}
 	err = r.plan(ctx, rep)
 	rep.PeakGoodput = peakGoodput(rep.Runs)
