@@ -19,7 +19,7 @@ type conversation struct {
 }
 
 type exchange struct {
-	user  text
+	user  Text
 	reply string // reply text as received (or generated)
 	ids   []int  // reply as token ids, for token-id prompts
 }

@@ -475,3 +475,45 @@ func TestProgressRateLimited(t *testing.T) {
 	var nilProgress *progress
 	nilProgress.record(false) // a nil progress prints nothing and does not panic
 }
+
+func TestRunMaxDuration(t *testing.T) {
+	t.Parallel()
+	t.Run("open loop stops scheduling", func(t *testing.T) {
+		t.Parallel()
+		fake := newFakeLLM(t)
+		srv := fake.start(t)
+		cfg := syntheticConfig(srv.URL, 10)
+		cfg.Load = LoadConfig{Kind: LoadConstant, Rate: 1, MaxDuration: Duration(3500 * ms)}
+		rep, err := Run(t.Context(), cfg, WithClock(newFakeClock()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Arrivals at 0, 1, 2 and 3 s fall before the 3.5 s limit.
+		if n := len(rep.Runs[0].Requests); n != 4 {
+			t.Fatalf("%d requests, want 4", n)
+		}
+	})
+	t.Run("closed loop finishes started sessions only", func(t *testing.T) {
+		t.Parallel()
+		fake := newFakeLLM(t)
+		srv := fake.start(t)
+		cfg := Config{Label: "c", BaseURL: srv.URL, Seed: 1,
+			Workload: WorkloadConfig{Kind: WorkloadChat, Model: "m", Chat: ChatConfig{
+				Sessions: 3, Turns: Dist{Mean: 3}, User: Dist{Mean: 5}, Output: Dist{Mean: 2},
+				Think: DurationDist{Mean: Duration(time.Hour)}}},
+			Load: LoadConfig{Kind: LoadSynchronous, MaxDuration: Duration(90 * time.Minute)}}
+		rep, err := Run(t.Context(), cfg, WithClock(newFakeClock()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Session c0 runs its three turns (0 h, 1 h, 2 h); by then the
+		// 90-minute limit has passed and c1 and c2 never start.
+		var sessions []string
+		for _, r := range rep.Runs[0].Requests {
+			sessions = append(sessions, r.Session)
+		}
+		if !slices.Equal(sessions, []string{"c0", "c0", "c0"}) {
+			t.Fatalf("requests from %v, want c0's three turns", sessions)
+		}
+	})
+}

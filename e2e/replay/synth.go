@@ -59,17 +59,18 @@ func hashString(s string) uint64 {
 	return h
 }
 
-// text is a prompt fragment: words (for text prompts) and the equivalent
-// token ids (for token-id prompts), generated together so both forms have
-// the same length in tokens.
-type text struct {
+// Text is a prompt fragment in two equivalent forms generated together:
+// Words for text prompts (joined by single spaces, one token per word in
+// the Qwen3 and Llama 3 vocabularies) and IDs for token-id prompts, of the
+// same length.
+type Text struct {
 	Words []string
 	IDs   []int
 }
 
 // genText draws n words and n token ids from r.
-func genText(r *rand.Rand, n int) text {
-	t := text{Words: make([]string, n), IDs: make([]int, n)}
+func genText(r *rand.Rand, n int) Text {
+	t := Text{Words: make([]string, n), IDs: make([]int, n)}
 	for i := range n {
 		t.Words[i] = wordList[r.IntN(len(wordList))]
 		t.IDs[i] = tokenIDBase + r.IntN(tokenIDSpan)
@@ -78,14 +79,14 @@ func genText(r *rand.Rand, n int) text {
 }
 
 // String returns the words joined by single spaces.
-func (t text) String() string { return strings.Join(t.Words, " ") }
+func (t Text) String() string { return strings.Join(t.Words, " ") }
 
 // Len returns the length in (approximate, for words) tokens.
-func (t text) Len() int { return len(t.Words) }
+func (t Text) Len() int { return len(t.Words) }
 
 // concat returns the texts one after the other.
-func concat(ts ...text) text {
-	var out text
+func concat(ts ...Text) Text {
+	var out Text
 	for _, t := range ts {
 		out.Words = append(out.Words, t.Words...)
 		out.IDs = append(out.IDs, t.IDs...)
@@ -96,14 +97,14 @@ func concat(ts ...text) text {
 // marker returns a short text unique to (kind, a, b) that starts a prompt's
 // unique part, so that no two requests share more than their intended
 // prefix. Its words cost about four tokens; its ids are exactly four tokens.
-func marker(kind string, a, b int) text {
+func marker(kind string, a, b int) Text {
 	word := kind + "-" + strconv.Itoa(a) + "-" + strconv.Itoa(b)
 	h := mix64(hashString(word))
 	ids := make([]int, 4)
 	for i := range ids {
 		ids[i] = tokenIDBase + int((h>>(16*i))&0xffff)%tokenIDSpan
 	}
-	return text{Words: []string{word}, IDs: ids}
+	return Text{Words: []string{word}, IDs: ids}
 }
 
 // Dist is a distribution of token counts: normal with Mean and Stdev,

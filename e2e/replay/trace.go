@@ -141,8 +141,8 @@ func traceSessions(recs []TraceRecord, c TraceConfig, seed int64) []Session {
 	if c.Limit > 0 && len(recs) > c.Limit {
 		recs = recs[:c.Limit]
 	}
-	blocks := map[int64]text{}
-	block := func(id int64) text {
+	blocks := map[int64]Text{}
+	block := func(id int64) Text {
 		if t, ok := blocks[id]; ok {
 			return t
 		}
@@ -156,7 +156,7 @@ func traceSessions(recs []TraceRecord, c TraceConfig, seed int64) []Session {
 		if c.MaxPrompt > 0 {
 			n = min(n, c.MaxPrompt)
 		}
-		var prefix text
+		var prefix Text
 		for _, id := range rec.HashIDs {
 			if prefix.Len() >= n {
 				break
@@ -174,7 +174,7 @@ func traceSessions(recs []TraceRecord, c TraceConfig, seed int64) []Session {
 		if c.MaxOutput > 0 {
 			outTok = min(outTok, c.MaxOutput)
 		}
-		var user text
+		var user Text
 		if rest := n - prefix.Len(); rest > 0 {
 			user = userText(seed, "t", i, 0, rest)
 		}

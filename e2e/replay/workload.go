@@ -86,7 +86,7 @@ type Session struct {
 	Group string
 	// Prefix is sent first in every turn: as the system message (chat,
 	// messages) or at the start of the prompt (completions).
-	Prefix text
+	Prefix Text
 	// Turns are the user messages, in order.
 	Turns []Turn
 	// Accumulate makes each turn carry the previous turns and replies, as a
@@ -99,7 +99,7 @@ type Session struct {
 // Turn is one request of a session.
 type Turn struct {
 	// User is the new user content of this turn.
-	User text
+	User Text
 	// MaxTokens is the requested output length.
 	MaxTokens int
 	// Think is how long the user waits after the previous reply before
@@ -292,7 +292,7 @@ const markerTokens = 4
 
 // userText returns a marker unique to (kind, a, b) followed by words, n
 // tokens in all (at least the marker).
-func userText(seed int64, kind string, a, b, n int) text {
+func userText(seed int64, kind string, a, b, n int) Text {
 	m := marker(kind, a, b)
 	r := newRand(seed, hashString(kind), uint64(a), uint64(b))
 	return concat(m, genText(r, max(n-markerTokens, 0)))
@@ -334,7 +334,7 @@ func Generate(w WorkloadConfig, seed int64) ([]Session, error) {
 }
 
 func genSynthetic(c SyntheticConfig, seed int64) []Session {
-	prefixes := make([]text, c.PrefixCount)
+	prefixes := make([]Text, c.PrefixCount)
 	for p := range prefixes {
 		prefixes[p] = genText(newRand(seed, hashString("prefix"), uint64(p)), c.PrefixTokens)
 	}
@@ -399,7 +399,7 @@ func genChat(c ChatConfig, seed int64) []Session {
 }
 
 func genCoding(c CodingConfig, seed int64) []Session {
-	contexts := make([]text, c.Projects)
+	contexts := make([]Text, c.Projects)
 	for p := range contexts {
 		contexts[p] = genText(newRand(seed, hashString("project"), uint64(p)), c.ContextTokens)
 	}

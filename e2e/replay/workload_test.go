@@ -215,10 +215,10 @@ func TestChatAndCodingSessions(t *testing.T) {
 func TestRequestBodyAccumulates(t *testing.T) {
 	t.Parallel()
 	s := Session{
-		ID: "c0", Prefix: text{Words: []string{"sys"}, IDs: []int{1}}, Accumulate: true,
+		ID: "c0", Prefix: Text{Words: []string{"sys"}, IDs: []int{1}}, Accumulate: true,
 		Turns: []Turn{
-			{User: text{Words: []string{"hello"}, IDs: []int{2}}, MaxTokens: 3},
-			{User: text{Words: []string{"again"}, IDs: []int{3}}, MaxTokens: 4},
+			{User: Text{Words: []string{"hello"}, IDs: []int{2}}, MaxTokens: 3},
+			{User: Text{Words: []string{"again"}, IDs: []int{3}}, MaxTokens: 4},
 		},
 	}
 	conv := &conversation{turns: []exchange{{user: s.Turns[0].User, reply: "hi there", ids: []int{9, 9}}}}
