@@ -115,7 +115,7 @@ func send(ctx context.Context, client *http.Client, clock Clock, url string, api
 	}
 	res.ITL = st.itl()
 	res.PromptTokens, res.CompletionTokens, res.CachedTokens = st.promptTokens, st.completionTokens, st.cachedTokens
-	res.reply = st.Text.String()
+	res.reply = st.reply.String()
 	switch {
 	case err != nil:
 		res.Error = err.Error()

@@ -21,7 +21,7 @@ type streamState struct {
 	firstContent time.Time // first non-empty content delta
 	lastContent  time.Time
 	contentDelta int // number of non-empty content deltas
-	Text         strings.Builder
+	reply        strings.Builder
 
 	promptTokens     int // -1 until usage reports it
 	completionTokens int
@@ -190,13 +190,13 @@ func (s *streamState) anthropicUsage(u *anthropicUsage) {
 	}
 }
 
-func (s *streamState) content(now time.Time, Text string) {
+func (s *streamState) content(now time.Time, text string) {
 	if s.firstContent.IsZero() {
 		s.firstContent = now
 	}
 	s.lastContent = now
 	s.contentDelta++
-	s.Text.WriteString(Text)
+	s.reply.WriteString(text)
 }
 
 // errorMessage extracts a readable message from an OpenAI-style error value,

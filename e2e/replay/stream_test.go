@@ -151,7 +151,7 @@ func TestReadStream(t *testing.T) {
 			if got := [3]int{st.promptTokens, st.completionTokens, st.cachedTokens}; got != tt.wantUsage {
 				t.Errorf("usage = %v, want %v", got, tt.wantUsage)
 			}
-			if got := st.Text.String(); got != tt.wantText {
+			if got := st.reply.String(); got != tt.wantText {
 				t.Errorf("text = %q, want %q", got, tt.wantText)
 			}
 			if st.errMsg != tt.wantErrMsg {
