@@ -26,6 +26,10 @@ are errors) against each target in turn with the same seed and arrival
 times, writes DIR/LABEL.json per target, and DIR/comparison.md and the plots
 DIR/ttft-cdf.{svg,png} and DIR/goodput-vs-load.{svg,png} comparing them.
 compare does the same from reports written earlier.
+
+Config fields are those of replay.Config (go doc
+github.com/warmpath/warmpath/e2e/replay Config); examples are in
+e2e/cmd/replay/examples/.
 `
 
 // Main runs the replay command with args (without the program name). It
