@@ -22,10 +22,12 @@
 //
 // Text prompts are built from a list of English words each of which is one
 // token, bare or after a space, in the Qwen3 and Llama 3 tokenizers, so n
-// words joined by spaces are n tokens there; chat templates add their own
-// tokens, and each prompt's unique marker costs about four. Other
-// vocabularies give close but not exact counts. For exact lengths set
-// WorkloadConfig.TokenIDs to send token-id prompts to /v1/completions.
+// words joined by spaces are exactly n tokens there (checked against the
+// Rust tokenizers library; see testdata/README.md). A prompt's unique marker
+// is four such words. Chat templates add their own tokens around messages,
+// and other vocabularies give close but not exact counts. For exact lengths
+// with any tokenizer set WorkloadConfig.TokenIDs to send token-id prompts to
+// /v1/completions.
 //
 // # Load profiles
 //

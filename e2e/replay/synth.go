@@ -4,7 +4,6 @@ import (
 	_ "embed"
 	"math"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 )
 
@@ -94,17 +93,38 @@ func concat(ts ...Text) Text {
 	return out
 }
 
-// marker returns a short text unique to (kind, a, b) that starts a prompt's
-// unique part, so that no two requests share more than their intended
-// prefix. Its words cost about four tokens; its ids are exactly four tokens.
-func marker(kind string, a, b int) Text {
-	word := kind + "-" + strconv.Itoa(a) + "-" + strconv.Itoa(b)
-	h := mix64(hashString(word))
-	ids := make([]int, 4)
-	for i := range ids {
-		ids[i] = tokenIDBase + int((h>>(16*i))&0xffff)%tokenIDSpan
+// markerTokens is the length of a marker in tokens.
+const markerTokens = 4
+
+// Marker encodings: an index is first permuted (multiplied by a constant
+// coprime with the modulus) so consecutive indices differ in their first
+// digit, then written least significant digit first, in base len(wordList)
+// as words and in base tokenIDSpan as token ids.
+const (
+	markerWordMult = 1000003 // coprime with 378⁴ = 2⁴·3¹²·7⁴
+	markerIDMult   = 7919    // coprime with 30000⁴ = 2¹⁶·3⁴·5¹⁶
+)
+
+// marker returns the marker of the index-th user turn of a workload: four
+// list words (exactly four tokens in the verified vocabularies) and four
+// token ids that no other index below len(wordList)⁴ ≈ 2·10¹⁰ shares. It
+// opens each prompt's unique part, so no two requests share more than their
+// intended prefix (plus, for 1 in len(wordList) pairs, a first word).
+func marker(index int) Text {
+	t := Text{Words: make([]string, markerTokens), IDs: make([]int, markerTokens)}
+	base := uint64(len(wordList))
+	modulus := base * base * base * base
+	w := uint64(index) % modulus * markerWordMult % modulus
+	idBase := uint64(tokenIDSpan)
+	idModulus := idBase * idBase * idBase * idBase
+	id := uint64(index) % idModulus * markerIDMult % idModulus
+	for i := range markerTokens {
+		t.Words[i] = wordList[w%base]
+		w /= base
+		t.IDs[i] = tokenIDBase + int(id%idBase)
+		id /= idBase
 	}
-	return Text{Words: []string{word}, IDs: ids}
+	return t
 }
 
 // Dist is a distribution of token counts: normal with Mean and Stdev,

@@ -176,7 +176,7 @@ func traceSessions(recs []TraceRecord, c TraceConfig, seed int64) []Session {
 		}
 		var user Text
 		if rest := n - prefix.Len(); rest > 0 {
-			user = userText(seed, "t", i, 0, rest)
+			user = userText(seed, i, "t", i, 0, rest)
 		}
 		s.Turns = []Turn{{User: user, MaxTokens: outTok}}
 		out[i] = s

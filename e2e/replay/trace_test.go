@@ -86,7 +86,7 @@ func TestTraceSessionsLimits(t *testing.T) {
 	if !slices.Equal(got[1].Prefix.IDs, got[0].Prefix.IDs[:40]) || got[1].Turns[0].MaxTokens != 10 {
 		t.Fatal("session 1 does not share session 0's block or output not capped")
 	}
-	if got[2].Prefix.Len() != 0 || got[2].Turns[0].User.Len() != 70-markerTokens+1 {
+	if got[2].Prefix.Len() != 0 || got[2].Turns[0].User.Len() != 70 {
 		t.Fatalf("session 2: prefix %d, user %d words", got[2].Prefix.Len(), got[2].Turns[0].User.Len())
 	}
 	// Input beyond the hash ids is filled with unique text, capped by MaxPrompt.

@@ -286,16 +286,12 @@ func (w *WorkloadConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// markerTokens is the approximate token cost of a marker, subtracted from a
-// prompt's generated words so the total stays near the requested length.
-const markerTokens = 4
-
-// userText returns a marker unique to (kind, a, b) followed by words, n
-// tokens in all (at least the marker).
-func userText(seed int64, kind string, a, b, n int) Text {
-	m := marker(kind, a, b)
+// userText returns the marker of the index-th user turn followed by words
+// drawn from the stream (seed, kind, a, b): n tokens in all, or just the
+// marker when n is smaller.
+func userText(seed int64, index int, kind string, a, b, n int) Text {
 	r := newRand(seed, hashString(kind), uint64(a), uint64(b))
-	return concat(m, genText(r, max(n-markerTokens, 0)))
+	return concat(marker(index), genText(r, max(n-markerTokens, 0)))
 }
 
 // Generate builds the sessions of w from seed, reading the trace file for
@@ -347,7 +343,7 @@ func genSynthetic(c SyntheticConfig, seed int64) []Session {
 			s.Prefix, s.Group = prefixes[p], fmt.Sprintf("p%d", p)
 		}
 		n, o := c.Prompt.sample(lens), c.Output.sample(lens)
-		s.Turns = []Turn{{User: userText(seed, "r", i, 0, n), MaxTokens: max(o, 1)}}
+		s.Turns = []Turn{{User: userText(seed, i, "r", i, 0, n), MaxTokens: max(o, 1)}}
 		out[i] = s
 	}
 	return out
@@ -356,6 +352,7 @@ func genSynthetic(c SyntheticConfig, seed int64) []Session {
 func genSharedPrefix(c SharedPrefixConfig, seed int64) []Session {
 	turns := max(c.Turns, 1)
 	lens := newRand(seed, hashString("shared-prefix-lengths"))
+	index := 0
 	out := make([]Session, 0, c.Groups*c.PromptsPerGroup)
 	for g := range c.Groups {
 		prefix := genText(newRand(seed, hashString("group"), uint64(g)), c.SystemPromptLen)
@@ -363,9 +360,10 @@ func genSharedPrefix(c SharedPrefixConfig, seed int64) []Session {
 			s := Session{ID: fmt.Sprintf("g%dp%d", g, p), Group: fmt.Sprintf("g%d", g), Prefix: prefix, Accumulate: turns > 1}
 			for t := range turns {
 				s.Turns = append(s.Turns, Turn{
-					User:      userText(seed, fmt.Sprintf("g%dp", g), p, t, c.Question.sample(lens)),
+					User:      userText(seed, index, fmt.Sprintf("g%dp", g), p, t, c.Question.sample(lens)),
 					MaxTokens: max(c.Output.sample(lens), 1),
 				})
+				index++
 			}
 			out = append(out, s)
 		}
@@ -379,6 +377,7 @@ func genSharedPrefix(c SharedPrefixConfig, seed int64) []Session {
 func genChat(c ChatConfig, seed int64) []Session {
 	system := genText(newRand(seed, hashString("chat-system")), c.SystemTokens)
 	lens := newRand(seed, hashString("chat-lengths"))
+	index := 0
 	out := make([]Session, c.Sessions)
 	for i := range out {
 		s := Session{ID: fmt.Sprintf("c%d", i), Prefix: system, Accumulate: true}
@@ -387,7 +386,8 @@ func genChat(c ChatConfig, seed int64) []Session {
 		}
 		n := max(c.Turns.sample(lens), 1)
 		for t := range n {
-			turn := Turn{User: userText(seed, "c", i, t, c.User.sample(lens)), MaxTokens: max(c.Output.sample(lens), 1)}
+			turn := Turn{User: userText(seed, index, "c", i, t, c.User.sample(lens)), MaxTokens: max(c.Output.sample(lens), 1)}
+			index++
 			if t > 0 {
 				turn.Think = c.Think.sample(lens)
 			}
@@ -404,6 +404,7 @@ func genCoding(c CodingConfig, seed int64) []Session {
 		contexts[p] = genText(newRand(seed, hashString("project"), uint64(p)), c.ContextTokens)
 	}
 	lens := newRand(seed, hashString("coding-lengths"))
+	index := 0
 	var out []Session
 	// Sessions start project by project in rotation: session k of every
 	// project before session k+1 of any.
@@ -412,7 +413,8 @@ func genCoding(c CodingConfig, seed int64) []Session {
 			s := Session{ID: fmt.Sprintf("proj%ds%d", p, k), Group: fmt.Sprintf("proj%d", p), Prefix: contexts[p], Accumulate: true}
 			n := max(c.Turns.sample(lens), 1)
 			for t := range n {
-				turn := Turn{User: userText(seed, fmt.Sprintf("proj%ds", p), k, t, c.User.sample(lens)), MaxTokens: max(c.Output.sample(lens), 1)}
+				turn := Turn{User: userText(seed, index, fmt.Sprintf("proj%ds", p), k, t, c.User.sample(lens)), MaxTokens: max(c.Output.sample(lens), 1)}
+				index++
 				if t > 0 {
 					turn.Think = c.Think.sample(lens)
 				}

@@ -119,12 +119,12 @@ func TestSyntheticPrefixesAndLengths(t *testing.T) {
 		}
 		prefixes[s.Prefix.String()] = append(prefixes[s.Prefix.String()], s.ID)
 		u := s.Turns[0].User
-		// Clipped to [10, 80]; the marker replaces four generated words.
-		if n := u.Len() - 1 + markerTokens; n < 10 || n > 80 {
-			t.Fatalf("%s: prompt of %d tokens outside [10, 80]", s.ID, n)
+		// Clipped to [10, 80], the marker included.
+		if n := u.Len(); n < 10 || n > 80 || len(u.IDs) != n {
+			t.Fatalf("%s: prompt of %d words, %d ids; want equal, in [10, 80]", s.ID, n, len(u.IDs))
 		}
-		if want := marker("r", i, 0).String(); u.Words[0] != want {
-			t.Fatalf("%s: prompt starts %q, want marker %q", s.ID, u.Words[0], want)
+		if want := marker(i); !slices.Equal(u.Words[:markerTokens], want.Words) || !slices.Equal(u.IDs[:markerTokens], want.IDs) {
+			t.Fatalf("%s: prompt starts %q, want marker %q", s.ID, u.Words[:markerTokens], want.Words)
 		}
 		if s.Turns[0].MaxTokens != 8 {
 			t.Fatalf("max tokens %d, want 8", s.Turns[0].MaxTokens)
@@ -273,6 +273,50 @@ func TestWorkloadValidate(t *testing.T) {
 				t.Fatalf("err = %v, want ErrConfig naming %s", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestMarkersUniqueAndOneTokenPerWord(t *testing.T) {
+	t.Parallel()
+	inList := map[string]bool{}
+	for _, w := range wordList {
+		inList[w] = true
+	}
+	words, ids := map[string]int{}, map[[markerTokens]int]int{}
+	firstWord := map[string]int{}
+	const n = 200000
+	for i := range n {
+		m := marker(i)
+		if len(m.Words) != markerTokens || len(m.IDs) != markerTokens {
+			t.Fatalf("marker %d has %d words, %d ids", i, len(m.Words), len(m.IDs))
+		}
+		for _, w := range m.Words {
+			if !inList[w] {
+				t.Fatalf("marker %d uses %q, not a one-token word", i, w)
+			}
+		}
+		for _, id := range m.IDs {
+			if id < tokenIDBase || id >= tokenIDBase+tokenIDSpan {
+				t.Fatalf("marker %d id %d out of range", i, id)
+			}
+		}
+		key := m.String()
+		if j, dup := words[key]; dup {
+			t.Fatalf("markers %d and %d both spell %q", j, i, key)
+		}
+		words[key] = i
+		idKey := [markerTokens]int(m.IDs)
+		if j, dup := ids[idKey]; dup {
+			t.Fatalf("markers %d and %d share ids %v", j, i, m.IDs)
+		}
+		ids[idKey] = i
+		if i < len(wordList) {
+			firstWord[m.Words[0]]++
+		}
+	}
+	// Consecutive indices start with different words.
+	if len(firstWord) != len(wordList) {
+		t.Fatalf("first %d markers start with %d distinct words", len(wordList), len(firstWord))
 	}
 }
 
