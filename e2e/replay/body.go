@@ -43,6 +43,9 @@ func requestBody(w *WorkloadConfig, s *Session, t int, conv *conversation) ([]by
 	if w.IgnoreEOS {
 		body["ignore_eos"] = true
 	}
+	if w.CacheSalt != "" {
+		body["cache_salt"] = w.CacheSalt
+	}
 	switch w.API {
 	case APICompletions:
 		if w.TokenIDs {

@@ -134,6 +134,11 @@ type WorkloadConfig struct {
 	TokenIDs bool `json:"token_ids,omitempty" yaml:"token_ids"`
 	// IgnoreEOS asks vLLM to generate exactly MaxTokens tokens.
 	IgnoreEOS bool `json:"ignore_eos,omitempty" yaml:"ignore_eos"`
+	// CacheSalt, when set, is sent as vLLM's cache_salt, which isolates the
+	// prefix cache: running the same workload once per policy against the
+	// same workers with a different salt each keeps one run's cached
+	// prefixes from helping the next. Not supported on the messages API.
+	CacheSalt string `json:"cache_salt,omitempty" yaml:"cache_salt"`
 
 	Synthetic    SyntheticConfig    `json:"synthetic,omitzero" yaml:"synthetic"`
 	SharedPrefix SharedPrefixConfig `json:"shared_prefix,omitzero" yaml:"shared_prefix"`
@@ -229,6 +234,9 @@ func (w *WorkloadConfig) Validate() error {
 	}
 	if w.TokenIDs && w.API != APICompletions {
 		errs = append(errs, fieldErr("workload.token_ids", "needs api completions"))
+	}
+	if w.CacheSalt != "" && w.API == APIMessages {
+		errs = append(errs, fieldErr("workload.cache_salt", "not supported on api messages"))
 	}
 	positive := func(name string, v int) {
 		if v <= 0 {

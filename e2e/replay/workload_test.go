@@ -235,6 +235,8 @@ func TestRequestBodyAccumulates(t *testing.T) {
 			`{"ignore_eos":true,"max_tokens":4,"model":"m","prompt":"sys hello hi there again","stream":true,"stream_options":{"include_usage":true}}`},
 		{"completions ids", WorkloadConfig{Model: "m", API: APICompletions, TokenIDs: true},
 			`{"max_tokens":4,"model":"m","prompt":[1,2,9,9,3],"stream":true,"stream_options":{"include_usage":true}}`},
+		{"cache salt", WorkloadConfig{Model: "m", API: APICompletions, TokenIDs: true, CacheSalt: "run-random"},
+			`{"cache_salt":"run-random","max_tokens":4,"model":"m","prompt":[1,2,9,9,3],"stream":true,"stream_options":{"include_usage":true}}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -262,6 +264,7 @@ func TestWorkloadValidate(t *testing.T) {
 		{"token ids on chat", WorkloadConfig{Kind: WorkloadSynthetic, Model: "m", API: APIChat, TokenIDs: true, Synthetic: SyntheticConfig{Requests: 1, Prompt: Dist{Mean: 1}, Output: Dist{Mean: 1}}}, "workload.token_ids"},
 		{"prefix without count", WorkloadConfig{Kind: WorkloadSynthetic, Model: "m", Synthetic: SyntheticConfig{Requests: 1, Prompt: Dist{Mean: 1}, Output: Dist{Mean: 1}, PrefixTokens: 5}}, "prefix_count"},
 		{"bad dist", WorkloadConfig{Kind: WorkloadChat, Model: "m", Chat: ChatConfig{Sessions: 1, Turns: Dist{Mean: 1}, User: Dist{Mean: 5, Min: 9, Max: 3}, Output: Dist{Mean: 1}}}, "user_tokens"},
+		{"salt on messages", WorkloadConfig{Kind: WorkloadSynthetic, Model: "m", API: APIMessages, CacheSalt: "x", Synthetic: SyntheticConfig{Requests: 1, Prompt: Dist{Mean: 1}, Output: Dist{Mean: 1}}}, "workload.cache_salt"},
 		{"no trace path", WorkloadConfig{Kind: WorkloadAzure, Model: "m"}, "workload.trace.path"},
 		{"zero groups", WorkloadConfig{Kind: WorkloadSharedPrefix, Model: "m", SharedPrefix: SharedPrefixConfig{PromptsPerGroup: 1, SystemPromptLen: 1, Question: Dist{Mean: 1}, Output: Dist{Mean: 1}}}, "num_groups"},
 	}

@@ -18,7 +18,7 @@ import (
 )
 
 const usage = `usage:
-  replay run --config FILE [--target LABEL=URL]... [--url URL --label LABEL] [--seed N] [--out DIR] [--baseline LABEL]
+  replay run --config FILE [--target LABEL=URL]... [--url URL --label LABEL] [--seed N] [--out DIR] [--baseline LABEL] [--salt]
   replay compare [--out DIR] [--baseline LABEL] REPORT.json...
 
 run replays the workload of the config file (YAML or JSON, unknown fields
@@ -87,6 +87,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		outDir     = fs.String("out", "replay-out", "output `directory`")
 		baseline   = fs.String("baseline", "", "label the comparison is relative to (default: the first target)")
 		quiet      = fs.Bool("quiet", false, "no progress lines on stderr")
+		salt       = fs.Bool("salt", false, "send cache_salt=LABEL, so targets sharing workers do not share cached prefixes")
 	)
 	fs.Var(&tgts, "target", "`LABEL=URL` to replay against; repeat to compare several")
 	if err := fs.Parse(args); err != nil {
@@ -135,6 +136,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	for _, t := range tgts {
 		c := cfg
 		c.Label, c.BaseURL = t.label, t.url
+		if *salt {
+			c.Workload.CacheSalt = t.label
+		}
 		rep, err := replay.Run(ctx, c, opts...)
 		if rep != nil {
 			reports[t.label] = rep

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -98,6 +99,38 @@ func TestMainRunAndCompare(t *testing.T) {
 	md, err := os.ReadFile(filepath.Join(out2, "comparison.md"))
 	if err != nil || !strings.Contains(string(md), "| warmpath | constant@200/s |") {
 		t.Fatalf("comparison.md: %v\n%s", err, md)
+	}
+}
+
+func TestMainSaltPerTarget(t *testing.T) {
+	t.Parallel()
+	salts := make(chan string, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			CacheSalt string `json:"cache_salt"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		salts <- body.CacheSalt
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\ndata: [DONE]\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	cfg := writeConfig(t, strings.Replace(testConfig, "requests: 5", "requests: 1", 1))
+	var stdout, stderr bytes.Buffer
+	err := Main(t.Context(), []string{"run", "--config", cfg, "--quiet", "--salt", "--out", t.TempDir(),
+		"--target", "random=" + srv.URL, "--target", "warmpath=" + srv.URL}, &stdout, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(salts)
+	var got []string
+	for s := range salts {
+		got = append(got, s)
+	}
+	if strings.Join(got, ",") != "random,warmpath" {
+		t.Fatalf("salts %v, want one per target label", got)
 	}
 }
 
