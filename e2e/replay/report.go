@@ -158,7 +158,9 @@ func summarize(results []Result, duration time.Duration, slo SLO) Summary {
 		s.Succeeded++
 		ttft = append(ttft, r.TTFT.Seconds())
 		e2e = append(e2e, r.E2E.Seconds())
-		if r.CompletionTokens != 1 {
+		// ITL needs two tokens: usage says so, or, without usage, at
+		// least two content deltas gave a non-zero gap.
+		if r.CompletionTokens > 1 || (r.CompletionTokens < 0 && r.ITL > 0) {
 			itl = append(itl, r.ITL.Seconds())
 		}
 		if slo.good(r) {
