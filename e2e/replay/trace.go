@@ -156,15 +156,17 @@ func traceSessions(recs []TraceRecord, c TraceConfig, seed int64) []Session {
 		if c.MaxPrompt > 0 {
 			n = min(n, c.MaxPrompt)
 		}
-		var prefix Text
+		size := min(n, len(rec.HashIDs)*c.BlockTokens)
+		prefix := Text{Words: make([]string, 0, size), IDs: make([]int, 0, size)}
 		for _, id := range rec.HashIDs {
-			if prefix.Len() >= n {
+			rest := n - prefix.Len()
+			if rest <= 0 {
 				break
 			}
-			prefix = concat(prefix, block(id))
-		}
-		if prefix.Len() > n {
-			prefix.Words, prefix.IDs = prefix.Words[:n], prefix.IDs[:n]
+			b := block(id)
+			k := min(rest, b.Len())
+			prefix.Words = append(prefix.Words, b.Words[:k]...)
+			prefix.IDs = append(prefix.IDs, b.IDs[:k]...)
 		}
 		s := Session{ID: fmt.Sprintf("t%d", i), Prefix: prefix, Arrival: rec.Arrival}
 		if len(rec.HashIDs) > 0 {

@@ -40,7 +40,7 @@ func TestParseMooncakeExcerpt(t *testing.T) {
 func TestMooncakeSharedBlocksBecomeSharedTokens(t *testing.T) {
 	t.Parallel()
 	w := WorkloadConfig{Kind: WorkloadMooncake, Model: "m", API: APICompletions, TokenIDs: true,
-		Trace: TraceConfig{Path: "testdata/mooncake-synthetic-head100.jsonl"}}
+		Trace: TraceConfig{Path: "testdata/mooncake-synthetic-head100.jsonl", Limit: 60}}
 	sessions, err := Generate(w, 11)
 	if err != nil {
 		t.Fatal(err)

@@ -287,7 +287,7 @@ func TestMarkersUniqueAndOneTokenPerWord(t *testing.T) {
 	}
 	words, ids := map[string]int{}, map[[markerTokens]int]int{}
 	firstWord := map[string]int{}
-	const n = 200000
+	const n = 50000
 	for i := range n {
 		m := marker(i)
 		if len(m.Words) != markerTokens || len(m.IDs) != markerTokens {
