@@ -49,12 +49,16 @@ func requestBody(w *WorkloadConfig, s *Session, t int, conv *conversation) ([]by
 	switch w.API {
 	case APICompletions:
 		if w.TokenIDs {
-			ids := append([]int(nil), s.Prefix.IDs...)
+			n := s.Prefix.Len() + turn.User.Len()
 			for _, e := range past {
-				ids = append(ids, e.user.IDs...)
+				n += e.user.Len() + len(e.ids)
+			}
+			ids := s.Prefix.appendIDs(make([]int, 0, n))
+			for _, e := range past {
+				ids = e.user.appendIDs(ids)
 				ids = append(ids, e.ids...)
 			}
-			body["prompt"] = append(ids, turn.User.IDs...)
+			body["prompt"] = turn.User.appendIDs(ids)
 		} else {
 			var parts []string
 			if s.Prefix.Len() > 0 {

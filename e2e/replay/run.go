@@ -420,7 +420,7 @@ func (r *runner) exchange(s *Session, t int, ex *exchangeResult) exchange {
 		n = s.Turns[t].MaxTokens
 	}
 	synth := genText(newRand(r.cfg.Seed, hashString("reply"), hashString(s.ID), uint64(t)), n)
-	e := exchange{user: s.Turns[t].User, reply: ex.reply, ids: synth.IDs}
+	e := exchange{user: s.Turns[t].User, reply: ex.reply, ids: synth.IDs()}
 	if r.cfg.History == HistorySynthetic {
 		e.reply = synth.String()
 	}

@@ -18,14 +18,19 @@ var wordsFile string
 
 var wordList = strings.Fields(wordsFile)
 
-// tokenIDBase and tokenIDSpan bound the token ids generated for token-id
-// prompts: ordinary vocabulary ids of any tokenizer with at least 32K
-// entries, clear of the low ids some vocabularies reserve for bytes and
-// special tokens.
+// Token-id prompts use one id per word of the list: tokenIDBase plus the
+// word's index times tokenIDStride modulo tokenIDSpan, distinct for every
+// word. The ids are ordinary vocabulary entries of any tokenizer with at
+// least 32K entries, clear of the low ids some vocabularies reserve for bytes
+// and special tokens; they are not the words' real ids in any vocabulary.
 const (
-	tokenIDBase = 1000
-	tokenIDSpan = 30000
+	tokenIDBase   = 1000
+	tokenIDSpan   = 30000
+	tokenIDStride = 7919 // coprime with tokenIDSpan
 )
+
+// tokenID returns the token id standing for word index w.
+func tokenID(w uint16) int { return tokenIDBase + int(w)*tokenIDStride%tokenIDSpan }
 
 // newRand returns a deterministic generator for the stream (seed, key).
 // Different keys give independent streams, so one part of a workload can be
@@ -58,37 +63,101 @@ func hashString(s string) uint64 {
 	return h
 }
 
-// Text is a prompt fragment in two equivalent forms generated together:
-// Words for text prompts (joined by single spaces, one token per word in
-// the Qwen3 and Llama 3 vocabularies) and IDs for token-id prompts, of the
-// same length.
+// Text is a prompt fragment: a sequence of words from the verified list,
+// each exactly one token in the Qwen3 and Llama 3 vocabularies. It is sent
+// as the words joined by single spaces (String) or, for token-id prompts, as
+// one id per word (IDs).
+//
+// A Text is immutable and cheap to copy: concatenating and cutting share the
+// underlying word blocks, so sessions repeating a large context or trace
+// blocks hold one copy of them. The zero Text is empty.
 type Text struct {
-	Words []string
-	IDs   []int
+	segs [][]uint16 // word indices, in order; never empty slices
+	n    int
 }
 
-// genText draws n words and n token ids from r.
-func genText(r *rand.Rand, n int) Text {
-	t := Text{Words: make([]string, n), IDs: make([]int, n)}
-	for i := range n {
-		t.Words[i] = wordList[r.IntN(len(wordList))]
-		t.IDs[i] = tokenIDBase + r.IntN(tokenIDSpan)
+// textOf returns the Text of word indices idx, which it keeps.
+func textOf(idx []uint16) Text {
+	if len(idx) == 0 {
+		return Text{}
 	}
-	return t
+	return Text{segs: [][]uint16{idx}, n: len(idx)}
 }
+
+// genText draws n words from r.
+func genText(r *rand.Rand, n int) Text {
+	idx := make([]uint16, n)
+	for i := range idx {
+		idx[i] = uint16(r.IntN(len(wordList)))
+	}
+	return textOf(idx)
+}
+
+// Len returns the length in tokens.
+func (t Text) Len() int { return t.n }
 
 // String returns the words joined by single spaces.
-func (t Text) String() string { return strings.Join(t.Words, " ") }
+func (t Text) String() string {
+	var b strings.Builder
+	b.Grow(8 * t.n)
+	for _, seg := range t.segs {
+		for _, w := range seg {
+			if b.Len() > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(wordList[w])
+		}
+	}
+	return b.String()
+}
 
-// Len returns the length in (approximate, for words) tokens.
-func (t Text) Len() int { return len(t.Words) }
+// Words returns the words.
+func (t Text) Words() []string {
+	out := make([]string, 0, t.n)
+	for _, seg := range t.segs {
+		for _, w := range seg {
+			out = append(out, wordList[w])
+		}
+	}
+	return out
+}
+
+// IDs returns the token ids.
+func (t Text) IDs() []int { return t.appendIDs(make([]int, 0, t.n)) }
+
+// appendIDs appends the token ids to dst.
+func (t Text) appendIDs(dst []int) []int {
+	for _, seg := range t.segs {
+		for _, w := range seg {
+			dst = append(dst, tokenID(w))
+		}
+	}
+	return dst
+}
+
+// head returns the first n tokens of t (all of t when it is shorter).
+func (t Text) head(n int) Text {
+	if n >= t.n {
+		return t
+	}
+	var out Text
+	for _, seg := range t.segs {
+		if out.n == n {
+			break
+		}
+		k := min(len(seg), n-out.n)
+		out.segs = append(out.segs, seg[:k])
+		out.n += k
+	}
+	return out
+}
 
 // concat returns the texts one after the other.
 func concat(ts ...Text) Text {
 	var out Text
 	for _, t := range ts {
-		out.Words = append(out.Words, t.Words...)
-		out.IDs = append(out.IDs, t.IDs...)
+		out.segs = append(out.segs, t.segs...)
+		out.n += t.n
 	}
 	return out
 }
@@ -96,35 +165,26 @@ func concat(ts ...Text) Text {
 // markerTokens is the length of a marker in tokens.
 const markerTokens = 4
 
-// Marker encodings: an index is first permuted (multiplied by a constant
-// coprime with the modulus) so consecutive indices differ in their first
-// digit, then written least significant digit first, in base len(wordList)
-// as words and in base tokenIDSpan as token ids.
-const (
-	markerWordMult = 1000003 // coprime with 378⁴ = 2⁴·3¹²·7⁴
-	markerIDMult   = 7919    // coprime with 30000⁴ = 2¹⁶·3⁴·5¹⁶
-)
+// markerWordMult permutes marker indices (it is coprime with 378⁴ =
+// 2⁴·3¹²·7⁴) so consecutive indices differ in their first word.
+const markerWordMult = 1000003
 
 // marker returns the marker of the index-th user turn of a workload: four
-// list words (exactly four tokens in the verified vocabularies) and four
-// token ids that no other index below len(wordList)⁴ ≈ 2·10¹⁰ shares. It
-// opens each prompt's unique part, so no two requests share more than their
-// intended prefix (plus, for 1 in len(wordList) pairs, a first word).
+// list words (so four tokens, and four token ids) that no other index below
+// len(wordList)⁴ ≈ 2·10¹⁰ shares, spelling the permuted index in base
+// len(wordList), least significant digit first. It opens each prompt's
+// unique part, so no two requests share more than their intended prefix
+// (plus, for 1 in len(wordList) pairs, a first word).
 func marker(index int) Text {
-	t := Text{Words: make([]string, markerTokens), IDs: make([]int, markerTokens)}
 	base := uint64(len(wordList))
 	modulus := base * base * base * base
 	w := uint64(index) % modulus * markerWordMult % modulus
-	idBase := uint64(tokenIDSpan)
-	idModulus := idBase * idBase * idBase * idBase
-	id := uint64(index) % idModulus * markerIDMult % idModulus
-	for i := range markerTokens {
-		t.Words[i] = wordList[w%base]
+	idx := make([]uint16, markerTokens)
+	for i := range idx {
+		idx[i] = uint16(w % base)
 		w /= base
-		t.IDs[i] = tokenIDBase + int(id%idBase)
-		id /= idBase
 	}
-	return t
+	return textOf(idx)
 }
 
 // Dist is a distribution of token counts: normal with Mean and Stdev,

@@ -156,17 +156,12 @@ func traceSessions(recs []TraceRecord, c TraceConfig, seed int64) []Session {
 		if c.MaxPrompt > 0 {
 			n = min(n, c.MaxPrompt)
 		}
-		size := min(n, len(rec.HashIDs)*c.BlockTokens)
-		prefix := Text{Words: make([]string, 0, size), IDs: make([]int, 0, size)}
+		var prefix Text
 		for _, id := range rec.HashIDs {
-			rest := n - prefix.Len()
-			if rest <= 0 {
+			if prefix.Len() >= n {
 				break
 			}
-			b := block(id)
-			k := min(rest, b.Len())
-			prefix.Words = append(prefix.Words, b.Words[:k]...)
-			prefix.IDs = append(prefix.IDs, b.IDs[:k]...)
+			prefix = concat(prefix, block(id).head(n-prefix.Len()))
 		}
 		s := Session{ID: fmt.Sprintf("t%d", i), Prefix: prefix, Arrival: rec.Arrival}
 		if len(rec.HashIDs) > 0 {

@@ -50,7 +50,7 @@ func TestMooncakeSharedBlocksBecomeSharedTokens(t *testing.T) {
 		sharedBlocks int
 	}{{15, 58, 5}, {42, 49, 57}}
 	for _, tt := range tests {
-		pa, pb := sessions[tt.a].Prefix.IDs, sessions[tt.b].Prefix.IDs
+		pa, pb := sessions[tt.a].Prefix.IDs(), sessions[tt.b].Prefix.IDs()
 		n := 0
 		for n < min(len(pa), len(pb)) && pa[n] == pb[n] {
 			n++
@@ -60,7 +60,7 @@ func TestMooncakeSharedBlocksBecomeSharedTokens(t *testing.T) {
 		}
 	}
 	// Lengths follow input_length exactly (all within their hash ids here).
-	if got := len(sessions[0].Prefix.IDs) + len(sessions[0].Turns[0].User.IDs); got != 40160 {
+	if got := len(sessions[0].Prefix.IDs()) + len(sessions[0].Turns[0].User.IDs()); got != 40160 {
 		t.Fatalf("first prompt %d tokens, want 40160", got)
 	}
 	if sessions[5].Arrival != 529*time.Millisecond || sessions[5].Turns[0].MaxTokens != 445 {
@@ -83,7 +83,7 @@ func TestTraceSessionsLimits(t *testing.T) {
 	if got[0].Prefix.Len() != 50 || got[0].Turns[0].User.Len() != 0 || got[0].Turns[0].MaxTokens != 1 {
 		t.Fatalf("session 0: prefix %d user %d max %d", got[0].Prefix.Len(), got[0].Turns[0].User.Len(), got[0].Turns[0].MaxTokens)
 	}
-	if !slices.Equal(got[1].Prefix.IDs, got[0].Prefix.IDs[:40]) || got[1].Turns[0].MaxTokens != 10 {
+	if !slices.Equal(got[1].Prefix.IDs(), got[0].Prefix.IDs()[:40]) || got[1].Turns[0].MaxTokens != 10 {
 		t.Fatal("session 1 does not share session 0's block or output not capped")
 	}
 	if got[2].Prefix.Len() != 0 || got[2].Turns[0].User.Len() != 70 {
@@ -91,7 +91,7 @@ func TestTraceSessionsLimits(t *testing.T) {
 	}
 	// Input beyond the hash ids is filled with unique text, capped by MaxPrompt.
 	all := traceSessions(recs, TraceConfig{BlockTokens: 64, MaxPrompt: 80}, 1)
-	if n := len(all[3].Prefix.IDs) + len(all[3].Turns[0].User.IDs); all[3].Prefix.Len() != 64 || n != 80 {
+	if n := len(all[3].Prefix.IDs()) + len(all[3].Turns[0].User.IDs()); all[3].Prefix.Len() != 64 || n != 80 {
 		t.Fatalf("session 3: prefix %d, total %d ids, want 64 and 80", all[3].Prefix.Len(), n)
 	}
 }

@@ -114,17 +114,17 @@ func TestSyntheticPrefixesAndLengths(t *testing.T) {
 	}
 	prefixes := map[string][]string{}
 	for i, s := range sessions {
-		if s.Prefix.Len() != 64 || len(s.Prefix.IDs) != 64 {
-			t.Fatalf("%s: prefix %d words / %d ids, want 64", s.ID, s.Prefix.Len(), len(s.Prefix.IDs))
+		if s.Prefix.Len() != 64 || len(s.Prefix.IDs()) != 64 || len(s.Prefix.Words()) != 64 {
+			t.Fatalf("%s: prefix %d tokens / %d ids, want 64", s.ID, s.Prefix.Len(), len(s.Prefix.IDs()))
 		}
 		prefixes[s.Prefix.String()] = append(prefixes[s.Prefix.String()], s.ID)
 		u := s.Turns[0].User
 		// Clipped to [10, 80], the marker included.
-		if n := u.Len(); n < 10 || n > 80 || len(u.IDs) != n {
-			t.Fatalf("%s: prompt of %d words, %d ids; want equal, in [10, 80]", s.ID, n, len(u.IDs))
+		if n := u.Len(); n < 10 || n > 80 || len(u.IDs()) != n || len(strings.Fields(u.String())) != n {
+			t.Fatalf("%s: prompt of %d tokens, %d ids, %q; want equal, in [10, 80]", s.ID, n, len(u.IDs()), u.String())
 		}
-		if want := marker(i); !slices.Equal(u.Words[:markerTokens], want.Words) || !slices.Equal(u.IDs[:markerTokens], want.IDs) {
-			t.Fatalf("%s: prompt starts %q, want marker %q", s.ID, u.Words[:markerTokens], want.Words)
+		if want := marker(i); !slices.Equal(u.Words()[:markerTokens], want.Words()) || !slices.Equal(u.IDs()[:markerTokens], want.IDs()) {
+			t.Fatalf("%s: prompt starts %q, want marker %q", s.ID, u.Words()[:markerTokens], want.Words())
 		}
 		if s.Turns[0].MaxTokens != 8 {
 			t.Fatalf("max tokens %d, want 8", s.Turns[0].MaxTokens)
@@ -214,29 +214,34 @@ func TestChatAndCodingSessions(t *testing.T) {
 
 func TestRequestBodyAccumulates(t *testing.T) {
 	t.Parallel()
+	// Word indices 0, 1 and 2 of the list are "the", "of" and "and".
 	s := Session{
-		ID: "c0", Prefix: Text{Words: []string{"sys"}, IDs: []int{1}}, Accumulate: true,
+		ID: "c0", Prefix: textOf([]uint16{0}), Accumulate: true,
 		Turns: []Turn{
-			{User: Text{Words: []string{"hello"}, IDs: []int{2}}, MaxTokens: 3},
-			{User: Text{Words: []string{"again"}, IDs: []int{3}}, MaxTokens: 4},
+			{User: textOf([]uint16{1}), MaxTokens: 3},
+			{User: textOf([]uint16{2}), MaxTokens: 4},
 		},
 	}
 	conv := &conversation{turns: []exchange{{user: s.Turns[0].User, reply: "hi there", ids: []int{9, 9}}}}
+	// Token ids of words 0, 1, 2: 1000 + index·7919 mod 30000.
+	if got := []int{tokenID(0), tokenID(1), tokenID(2)}; !slices.Equal(got, []int{1000, 8919, 16838}) {
+		t.Fatalf("token ids %v", got)
+	}
 	tests := []struct {
 		name string
 		w    WorkloadConfig
 		want string
 	}{
 		{"chat", WorkloadConfig{Model: "m", API: APIChat},
-			`{"max_tokens":4,"messages":[{"role":"system","content":"sys"},{"role":"user","content":"hello"},{"role":"assistant","content":"hi there"},{"role":"user","content":"again"}],"model":"m","stream":true,"stream_options":{"include_usage":true}}`},
+			`{"max_tokens":4,"messages":[{"role":"system","content":"the"},{"role":"user","content":"of"},{"role":"assistant","content":"hi there"},{"role":"user","content":"and"}],"model":"m","stream":true,"stream_options":{"include_usage":true}}`},
 		{"messages", WorkloadConfig{Model: "m", API: APIMessages},
-			`{"max_tokens":4,"messages":[{"role":"user","content":"hello"},{"role":"assistant","content":"hi there"},{"role":"user","content":"again"}],"model":"m","stream":true,"system":"sys"}`},
+			`{"max_tokens":4,"messages":[{"role":"user","content":"of"},{"role":"assistant","content":"hi there"},{"role":"user","content":"and"}],"model":"m","stream":true,"system":"the"}`},
 		{"completions text", WorkloadConfig{Model: "m", API: APICompletions, IgnoreEOS: true},
-			`{"ignore_eos":true,"max_tokens":4,"model":"m","prompt":"sys hello hi there again","stream":true,"stream_options":{"include_usage":true}}`},
+			`{"ignore_eos":true,"max_tokens":4,"model":"m","prompt":"the of hi there and","stream":true,"stream_options":{"include_usage":true}}`},
 		{"completions ids", WorkloadConfig{Model: "m", API: APICompletions, TokenIDs: true},
-			`{"max_tokens":4,"model":"m","prompt":[1,2,9,9,3],"stream":true,"stream_options":{"include_usage":true}}`},
+			`{"max_tokens":4,"model":"m","prompt":[1000,8919,9,9,16838],"stream":true,"stream_options":{"include_usage":true}}`},
 		{"cache salt", WorkloadConfig{Model: "m", API: APICompletions, TokenIDs: true, CacheSalt: "run-random"},
-			`{"cache_salt":"run-random","max_tokens":4,"model":"m","prompt":[1,2,9,9,3],"stream":true,"stream_options":{"include_usage":true}}`},
+			`{"cache_salt":"run-random","max_tokens":4,"model":"m","prompt":[1000,8919,9,9,16838],"stream":true,"stream_options":{"include_usage":true}}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -290,15 +295,15 @@ func TestMarkersUniqueAndOneTokenPerWord(t *testing.T) {
 	const n = 50000
 	for i := range n {
 		m := marker(i)
-		if len(m.Words) != markerTokens || len(m.IDs) != markerTokens {
-			t.Fatalf("marker %d has %d words, %d ids", i, len(m.Words), len(m.IDs))
+		if len(m.Words()) != markerTokens || len(m.IDs()) != markerTokens {
+			t.Fatalf("marker %d has %d words, %d ids", i, len(m.Words()), len(m.IDs()))
 		}
-		for _, w := range m.Words {
+		for _, w := range m.Words() {
 			if !inList[w] {
 				t.Fatalf("marker %d uses %q, not a one-token word", i, w)
 			}
 		}
-		for _, id := range m.IDs {
+		for _, id := range m.IDs() {
 			if id < tokenIDBase || id >= tokenIDBase+tokenIDSpan {
 				t.Fatalf("marker %d id %d out of range", i, id)
 			}
@@ -308,13 +313,13 @@ func TestMarkersUniqueAndOneTokenPerWord(t *testing.T) {
 			t.Fatalf("markers %d and %d both spell %q", j, i, key)
 		}
 		words[key] = i
-		idKey := [markerTokens]int(m.IDs)
+		idKey := [markerTokens]int(m.IDs())
 		if j, dup := ids[idKey]; dup {
-			t.Fatalf("markers %d and %d share ids %v", j, i, m.IDs)
+			t.Fatalf("markers %d and %d share ids %v", j, i, m.IDs())
 		}
 		ids[idKey] = i
 		if i < len(wordList) {
-			firstWord[m.Words[0]]++
+			firstWord[m.Words()[0]]++
 		}
 	}
 	// Consecutive indices start with different words.
@@ -336,5 +341,37 @@ func TestDistSample(t *testing.T) {
 	}
 	if got := (Dist{Mean: 7}).sample(r); got != 7 {
 		t.Fatalf("stdev 0 sample %d, want 7", got)
+	}
+}
+
+func TestText(t *testing.T) {
+	t.Parallel()
+	a, b := textOf([]uint16{0, 1, 2}), textOf([]uint16{3, 4})
+	ab := concat(a, Text{}, b)
+	tests := []struct {
+		name string
+		t    Text
+		want string
+	}{
+		{"empty", Text{}, ""},
+		{"one segment", a, "the of and"},
+		{"concat", ab, "the of and to in"},
+		{"head within first segment", ab.head(2), "the of"},
+		{"head across segments", ab.head(4), "the of and to"},
+		{"head beyond end", ab.head(9), "the of and to in"},
+		{"head zero", ab.head(0), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			n := len(strings.Fields(tt.want))
+			if tt.t.String() != tt.want || tt.t.Len() != n || len(tt.t.Words()) != n || len(tt.t.IDs()) != n {
+				t.Fatalf("%q (len %d, %d words, %d ids), want %q", tt.t.String(), tt.t.Len(), len(tt.t.Words()), len(tt.t.IDs()), tt.want)
+			}
+		})
+	}
+	// Texts share storage: a trace session's prefix holds no copy of its blocks.
+	if &ab.head(4).segs[1][0] != &b.segs[0][0] {
+		t.Fatal("head copied the block instead of sharing it")
 	}
 }
