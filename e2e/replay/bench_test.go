@@ -78,3 +78,15 @@ func BenchmarkRequestBody(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGenerateMooncake measures expanding the committed 100-request
+// Mooncake excerpt (about 1.5 M prompt tokens) into sessions.
+func BenchmarkGenerateMooncake(b *testing.B) {
+	w := WorkloadConfig{Kind: WorkloadMooncake, Model: "m", API: APICompletions, TokenIDs: true,
+		Trace: TraceConfig{Path: "testdata/mooncake-synthetic-head100.jsonl"}}
+	for b.Loop() {
+		if _, err := Generate(w, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
