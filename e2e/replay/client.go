@@ -12,9 +12,13 @@ import (
 	"time"
 )
 
-// WorkerHeader is the response header naming the worker that served a
-// request, set by warmpath when its debug headers are enabled.
-const WorkerHeader = "x-warmpath-worker"
+// WorkerHeader and ReasonHeader are the response headers naming the worker
+// that served a request and why warmpath chose it, set when warmpath's
+// extproc.debug_headers is enabled.
+const (
+	WorkerHeader = "x-warmpath-worker"
+	ReasonHeader = "x-warmpath-reason"
+)
 
 // ClientMode says how requests map onto HTTP connections.
 type ClientMode string
@@ -102,6 +106,7 @@ func send(ctx context.Context, client *http.Client, clock Clock, url string, api
 	defer resp.Body.Close()
 	res.Status = resp.StatusCode
 	res.Worker = resp.Header.Get(WorkerHeader)
+	res.Reason = resp.Header.Get(ReasonHeader)
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		res.E2E = clock.Now().Sub(start)

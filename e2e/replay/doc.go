@@ -42,7 +42,9 @@
 // Each request records TTFT (sending to the first non-empty content delta),
 // mean inter-token latency, end-to-end latency, HTTP status, usage (with
 // prompt_tokens_details.cached_tokens, requested through
-// stream_options.include_usage) and the x-warmpath-worker response header.
+// stream_options.include_usage), and the x-warmpath-worker and
+// x-warmpath-reason response headers (warmpath sets them when its
+// extproc.debug_headers is on).
 // The SSE parser is incremental and accepts events split anywhere.
 //
 // # Clients

@@ -85,6 +85,7 @@ func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if f.worker != "" {
 		w.Header().Set(WorkerHeader, f.worker)
+		w.Header().Set(ReasonHeader, "least predicted ttft")
 	}
 	if f.status != 0 && f.status != http.StatusOK {
 		http.Error(w, `{"error":"fake failure"}`, f.status)

@@ -40,8 +40,10 @@ type Result struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	CachedTokens     int `json:"cached_tokens"`
-	// Worker is the x-warmpath-worker response header, empty when absent.
+	// Worker and Reason are the x-warmpath-worker and x-warmpath-reason
+	// response headers, empty when absent.
 	Worker string `json:"worker,omitempty"`
+	Reason string `json:"reason,omitempty"`
 	// ReusedConn reports whether the request went over a kept-alive
 	// connection.
 	ReusedConn bool `json:"reused_conn"`

@@ -46,7 +46,7 @@ func TestRunSynchronous(t *testing.T) {
 		if want := fmt.Sprintf("r%d", i); r.Session != want {
 			t.Fatalf("request %d is %s, want %s in order", i, r.Session, want)
 		}
-		if r.TTFT <= 0 || r.TTFT > r.E2E || r.CompletionTokens != 3 || r.Worker != "w1" {
+		if r.TTFT <= 0 || r.TTFT > r.E2E || r.CompletionTokens != 3 || r.Worker != "w1" || r.Reason != "least predicted ttft" {
 			t.Fatalf("request %d: %+v", i, r)
 		}
 		// Requests 0 and 1 open prefixes p0 and p1; later ones hit them.
