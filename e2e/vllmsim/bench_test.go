@@ -131,3 +131,59 @@ func bucketQuantile(h *dto.Histogram, q float64) float64 {
 	}
 	return 1e9
 }
+
+// BenchmarkEngineDecodeStep measures the simulator's CPU per engine step
+// with 64 decoding requests of 2K context (H100 profile, whose cache holds
+// them for well over 2000 steps without preemption).
+//
+// Run: go test ./e2e/vllmsim -run XXX -bench EngineDecodeStep -benchtime 1000x -count 5
+func BenchmarkEngineDecodeStep(b *testing.B) {
+	const seqs = 64
+	e, err := NewEngine(mustProfile("h100-tp2-32b").Engine)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range seqs {
+		if err := e.Add(&Request{Prompt: synthTokens(uint64(i), 2048), MaxTokens: 1 << 20}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	now := time.Duration(0)
+	for {
+		s := e.Step(now)
+		now += s.Duration
+		if s.DecodeSeqs == seqs {
+			break
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		s := e.Step(now)
+		now += s.Duration
+		if s.DecodeSeqs != seqs {
+			b.Fatalf("%d decoding", s.DecodeSeqs)
+		}
+	}
+}
+
+// BenchmarkEngineAdmitLongPrompt measures admitting (hashing and looking
+// up) a 14K-token prompt whose first 13.5K tokens are cached.
+func BenchmarkEngineAdmitLongPrompt(b *testing.B) {
+	e, err := NewEngine(mustProfile("l40s-27b-fp8").Engine)
+	if err != nil {
+		b.Fatal(err)
+	}
+	prefix := synthTokens(1, 13824)
+	c := NewCluster(e)
+	c.Submit(0, 0, &Request{Prompt: prefix, MaxTokens: 1})
+	if err := c.Run(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		p := append(prefix[:len(prefix):len(prefix)], synthTokens(uint64(i)+2, 512)...)
+		if got := e.CachedPrefix(p, ""); got != 13824 {
+			b.Fatalf("cached %d", got)
+		}
+	}
+}

@@ -13,5 +13,18 @@
 //
 // The step time is a + b·(prefill tokens) + c·(decoding sequences) +
 // d·(context tokens read); [Profiles] bundles realistic coefficients.
+// Run the command with
+//
+//	go run ./e2e/cmd/vllm-sim --port 8000 --profile l40s-27b-fp8 --time-scale 20 \
+//	    --kv-events-config '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558","topic":"kv-events"}'
+//
+// or in-process: NewServer with Config.Port 0 and endpoints "tcp://*:0",
+// then read back Server.HTTPAddr, KVEventsEndpoints and ReplayEndpoints
+// (or Server.Worker for a discovery.Worker). Server.State, CachedPrefix
+// and CachedHashes give an oracle the true queues and cache contents.
+//
+// Latency metrics and engine timestamps are in simulated time; at
+// --time-scale 1 they equal wall time.
+//
 // The package is test tooling: production packages must not import it.
 package vllmsim

@@ -3,6 +3,7 @@ package vllmsim
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -204,16 +205,8 @@ func (e *Engine) Abort(r *Request) {
 	if r.done {
 		return
 	}
-	for i, w := range e.waiting {
-		if w == r {
-			e.waiting = append(e.waiting[:i], e.waiting[i+1:]...)
-		}
-	}
-	for i, w := range e.running {
-		if w == r {
-			e.running = append(e.running[:i], e.running[i+1:]...)
-		}
-	}
+	e.waiting = removeRequest(e.waiting, r)
+	e.running = removeRequest(e.running, r)
 	e.pool.free(r.blocks)
 	r.blocks, r.done, r.running = nil, true, false
 }
@@ -426,12 +419,7 @@ func (e *Engine) preempt(r *Request) {
 }
 
 func (e *Engine) finish(r *Request) {
-	for i, w := range e.running {
-		if w == r {
-			e.running = append(e.running[:i], e.running[i+1:]...)
-			break
-		}
-	}
+	e.running = removeRequest(e.running, r)
 	e.pool.free(r.blocks)
 	r.blocks, r.done, r.running = nil, true, false
 }
@@ -452,3 +440,11 @@ func (e *Engine) sample(r *Request) uint32 {
 // sampleVocab bounds generated token ids, so they are valid ids for any
 // real tokenizer's vocabulary.
 const sampleVocab = 20000
+
+// removeRequest removes r from rs, keeping the order.
+func removeRequest(rs []*Request, r *Request) []*Request {
+	if i := slices.Index(rs, r); i >= 0 {
+		return slices.Delete(rs, i, i+1)
+	}
+	return rs
+}

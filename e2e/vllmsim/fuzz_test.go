@@ -151,3 +151,41 @@ func TestReplayRing(t *testing.T) {
 		}
 	}
 }
+
+func TestReplayFrames(t *testing.T) {
+	t.Parallel()
+	id := []byte("client")
+	seq7 := binary.BigEndian.AppendUint64(nil, 7)
+	end := binary.BigEndian.AppendUint64(nil, replayEnd)
+	tests := []struct {
+		name      string
+		withTopic bool
+		data, fin [][]byte
+	}{
+		{"array era", false, [][]byte{id, {}, seq7, []byte("p")}, [][]byte{id, {}, end, {}}},
+		{"map era", true, [][]byte{id, {}, []byte("kv"), seq7, []byte("p")}, [][]byte{id, {}, {}, end, {}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := replayFrames(id, "kv", tt.withTopic, 7, []byte("p")); !equalFrames(got, tt.data) {
+				t.Errorf("data frames %q, want %q", got, tt.data)
+			}
+			if got := replayEndFrames(id, tt.withTopic); !equalFrames(got, tt.fin) {
+				t.Errorf("end frames %q, want %q", got, tt.fin)
+			}
+		})
+	}
+}
+
+func equalFrames(a, b [][]byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if string(a[i]) != string(b[i]) {
+			return false
+		}
+	}
+	return true
+}

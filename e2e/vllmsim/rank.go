@@ -210,11 +210,8 @@ func (r *rank) run(ctx context.Context) error {
 		r.simNow = t
 		r.boundary(t)
 		if r.eng.Idle() {
-			if ev := r.eng.TakeEvents(); len(ev) > 0 {
-				r.mu.Unlock()
-				r.emit(ctx, ev)
-				continue
-			}
+			// Events of an idle engine (AllBlocksCleared after a reset) wait
+			// for the next step, as vLLM publishes only from engine steps.
 			r.observeQueues()
 			if len(r.inbox) > 0 {
 				t = max(t, r.inbox[0].req.Arrival)

@@ -599,3 +599,38 @@ func TestServerKVEventFaults(t *testing.T) {
 		t.Errorf("replayed batch is not the post-restart one: %v", toks[:4])
 	}
 }
+
+// TestServerConnectModePublisher checks vLLM's centralised mode: an
+// endpoint without "*" makes the publisher connect to a SUB the router
+// binds.
+func TestServerConnectModePublisher(t *testing.T) {
+	t.Parallel()
+	sub := goczmq.NewSock(goczmq.Sub)
+	defer sub.Destroy()
+	sub.SetSubscribe("")
+	if _, err := sub.Bind("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	cfg.KVEvents.Endpoint = sub.LastEndpoint()
+	cfg.KVEvents.ReplayEndpoint = ""
+	srv := startServer(t, cfg)
+	if got := srv.KVEventsEndpoints(); len(got) != 1 || got[0] != sub.LastEndpoint() {
+		t.Fatalf("endpoints %v, want the router's %s", got, sub.LastEndpoint())
+	}
+	// A connecting PUB drops what it sends before the connection is up, so
+	// send requests until one batch arrives.
+	sub.SetRcvtimeo(100)
+	for i := range 200 {
+		checkCompletionStream(t, streamCompletion(t, srv, synthTokens(uint64(500+i), 32), 1), 1)
+		msg, err := sub.RecvMessage()
+		if err != nil {
+			continue
+		}
+		if len(msg) != 3 || string(msg[0]) != "kv-events" || len(msg[1]) != 8 {
+			t.Fatalf("message %q", msg)
+		}
+		return
+	}
+	t.Fatal("no KV-event batch reached the bound SUB")
+}
