@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // fakeLLM is an in-test OpenAI/Anthropic server that streams SSE. Each
@@ -30,6 +31,10 @@ type fakeLLM struct {
 	split bool
 	// midError sends an error event after the first chunk.
 	midError bool
+	// firstDelay is slept before the first chunk and chunkDelay before each
+	// later one, so that measured times have a known order (never compared
+	// with a threshold).
+	firstDelay, chunkDelay time.Duration
 
 	mu       sync.Mutex
 	bodies   []map[string]any
@@ -103,6 +108,7 @@ func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		flusher.Flush()
 	}
 	n := int(body["max_tokens"].(float64))
+	time.Sleep(f.firstDelay)
 	if r.URL.Path == "/v1/messages" {
 		write(fmt.Sprintf("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":%d,\"cache_read_input_tokens\":%d,\"output_tokens\":0}}}\n\n", len(prompt), cached))
 		write("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n")
@@ -119,6 +125,9 @@ func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		write(`data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}` + "\n\n")
 	}
 	for i := range n {
+		if i > 0 {
+			time.Sleep(f.chunkDelay)
+		}
 		if chat {
 			write(fmt.Sprintf(`data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"tok%d "}}]}`+"\n\n", i))
 		} else {

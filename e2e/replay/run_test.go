@@ -87,6 +87,28 @@ func gateAt(n int) func(int) {
 	}
 }
 
+// TestRunMeasuresDelays streams with a first-token delay and gaps between
+// chunks and checks that the measures cannot be shorter than what the
+// server waited: TTFT includes the first delay and E2E every delay. (ITL is
+// not bounded below: a descheduled client may read several chunks at once.)
+func TestRunMeasuresDelays(t *testing.T) {
+	t.Parallel()
+	fake := newFakeLLM(t)
+	fake.firstDelay, fake.chunkDelay = 30*ms, 10*ms
+	srv := fake.start(t)
+	cfg := syntheticConfig(srv.URL, 2)
+	cfg.Workload.Synthetic.Output = Dist{Mean: 5}
+	rep, err := Run(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Runs[0].Requests {
+		if r.TTFT < 30*ms || r.E2E < 70*ms || r.E2E < r.TTFT || r.ITL < 0 {
+			t.Fatalf("%s: ttft %v, itl %v, e2e %v: the server's delays must be measured", r.Session, r.TTFT, r.ITL, r.E2E)
+		}
+	}
+}
+
 func TestRunConcurrencyBounds(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
