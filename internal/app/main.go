@@ -107,7 +107,7 @@ Flags:
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	err = serve(ctx, cfg, stdout, stderr)
+	err = serve(ctx, cfg, embedOptions{}, stdout, stderr)
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

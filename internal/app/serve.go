@@ -33,13 +33,13 @@ var healthServices = []string{"", "liveness", "readiness", extprocv3.ExternalPro
 
 // serve runs warmpath until ctx ends: the ext_proc gRPC server, the admin
 // HTTP server and the background loops, all under one errgroup.
-func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
+func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.Writer) error {
 	log := newLogger(cfg.Log, stderr)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	pool := newStaticPool(cfg.DiscoveryWorkers())
-	picker, err := newPicker(cfg.Policy)
+	picker, err := eo.picker(func() (extproc.Picker, error) { return newPicker(cfg.Policy) })
 	if err != nil {
 		return err
 	}

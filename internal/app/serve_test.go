@@ -48,7 +48,7 @@ func TestServeReadinessAndGracefulDrain(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	out := &lineWriter{ready: make(chan string, 1)}
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg, out, io.Discard) }()
+	go func() { done <- serve(ctx, cfg, embedOptions{}, out, io.Discard) }()
 	var line string
 	select {
 	case line = <-out.ready:
