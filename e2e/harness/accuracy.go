@@ -1,0 +1,81 @@
+package harness
+
+import (
+	"math"
+	"slices"
+
+	"github.com/warmpath/warmpath/scoring"
+)
+
+func sortRecords(rs []Record) {
+	slices.SortFunc(rs, func(a, b Record) int { return a.Seq - b.Seq })
+}
+
+// Accuracy is how well a policy's predictions matched outcomes.
+type Accuracy struct {
+	// Warmup is the number of leading decisions left out.
+	Warmup int
+	// TTFTSamples counts completed requests after the warm-up with both a
+	// predicted and an observed TTFT; MedianAPE and P90APE are the median
+	// and 90th percentile of |predicted − observed| / observed over them,
+	// in percent; MedianBias is the median of (predicted − observed) /
+	// observed in percent (negative: predictions too low). NaN when
+	// TTFTSamples is 0.
+	TTFTSamples int
+	MedianAPE   float64
+	P90APE      float64
+	MedianBias  float64
+	// CachedSamples counts completed requests after the warm-up whose
+	// response reported cached_tokens; CachedExact is the fraction of them
+	// whose predicted cached tokens equal the reported ones (NaN for none).
+	CachedSamples int
+	CachedExact   float64
+}
+
+// MeasureAccuracy compares predictions with outcomes over records in
+// decision order, skipping the first warmup decisions and every request
+// that did not complete.
+func MeasureAccuracy(rs []Record, warmup int) Accuracy {
+	a := Accuracy{Warmup: warmup, MedianAPE: math.NaN(), P90APE: math.NaN(), MedianBias: math.NaN(), CachedExact: math.NaN()}
+	var ape, bias []float64
+	exact := 0
+	for _, r := range rs {
+		if r.Seq < warmup || r.Outcome.End != scoring.EndCompleted {
+			continue
+		}
+		if r.PredictedTTFT > 0 && r.Outcome.TTFT > 0 {
+			e := (r.PredictedTTFT.Seconds() - r.Outcome.TTFT.Seconds()) / r.Outcome.TTFT.Seconds() * 100
+			ape = append(ape, math.Abs(e))
+			bias = append(bias, e)
+		}
+		if r.Outcome.CachedTokens >= 0 {
+			a.CachedSamples++
+			if r.PredictedCached == r.Outcome.CachedTokens {
+				exact++
+			}
+		}
+	}
+	a.TTFTSamples = len(ape)
+	if len(ape) > 0 {
+		slices.Sort(ape)
+		slices.Sort(bias)
+		a.MedianAPE, a.P90APE, a.MedianBias = quantile(ape, 0.5), quantile(ape, 0.9), quantile(bias, 0.5)
+	}
+	if a.CachedSamples > 0 {
+		a.CachedExact = float64(exact) / float64(a.CachedSamples)
+	}
+	return a
+}
+
+// quantile returns the q-quantile of sorted values, interpolating linearly
+// between closest ranks; NaN for none.
+func quantile(sorted []float64, q float64) float64 {
+	n := len(sorted)
+	if n == 0 {
+		return math.NaN()
+	}
+	pos := q * float64(n-1)
+	lo := int(math.Floor(pos))
+	hi := min(lo+1, n-1)
+	return sorted[lo] + (sorted[hi]-sorted[lo])*(pos-float64(lo))
+}

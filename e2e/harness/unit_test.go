@@ -1,0 +1,235 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/warmpath/warmpath/e2e/replay"
+	"github.com/warmpath/warmpath/scoring"
+)
+
+func TestSumMetric(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		text    string
+		want    float64
+		wantErr bool
+	}{
+		{"labelled samples are summed", "# HELP x\nwarmpath_assignments_in_flight{worker=\"w0\"} 2\nwarmpath_assignments_in_flight{worker=\"w1\"} 3\n", 5, false},
+		{"unlabelled sample", "warmpath_assignments_in_flight 4\n", 4, false},
+		{"other metrics with the same prefix are ignored", "warmpath_assignments_in_flight_total 9\nwarmpath_assignments_in_flightx 1\n", 0, false},
+		{"absent metric is zero", "go_goroutines 12\n", 0, false},
+		{"label values may hold braces", "warmpath_assignments_in_flight{worker=\"a}b\"} 1\n", 1, false},
+		{"no value is an error", "warmpath_assignments_in_flight{worker=\"w0\"}\n", 0, true},
+		{"bad number is an error", "warmpath_assignments_in_flight{worker=\"w0\"} many\n", 0, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := sumMetric(strings.NewReader(tc.text), "warmpath_assignments_in_flight")
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
+			}
+			if err == nil && got != tc.want {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestToWallScalesSimulatedTime(t *testing.T) {
+	t.Parallel()
+	slo, err := replay.ParseSLO("ttft:p90<=8s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := replay.Config{SLO: slo, Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 0.5, Rates: []float64{0.25, 1},
+		MinRate: 0.1, MaxRate: 2, MaxDuration: replay.Duration(10 * time.Minute)}}
+	c.Workload.Chat.Think = replay.DurationDist{Mean: replay.Duration(20 * time.Second)}
+	w := ToWall(c, 20)
+	tests := []struct {
+		name      string
+		got, want float64
+	}{
+		{"slo limit", w.SLO.Objectives[0].Max.Seconds(), 0.4},
+		{"rate", w.Load.Rate, 10},
+		{"sweep rates", w.Load.Rates[1], 20},
+		{"search bounds", w.Load.MaxRate, 40},
+		{"max duration", time.Duration(w.Load.MaxDuration).Seconds(), 30},
+		{"think time", time.Duration(w.Workload.Chat.Think.Mean).Seconds(), 1},
+		{"trace time scale", w.Load.TimeScale, 20},
+		{"input slo untouched", c.SLO.Objectives[0].Max.Seconds(), 8},
+		{"input rates untouched", c.Load.Rates[1], 1},
+	}
+	for _, tc := range tests {
+		if math.Abs(tc.got-tc.want) > 1e-9 {
+			t.Errorf("%s: got %v, want %v", tc.name, tc.got, tc.want)
+		}
+	}
+}
+
+func TestToSimUndoesToWall(t *testing.T) {
+	t.Parallel()
+	slo, _ := replay.ParseSLO("ttft:p90<=8s")
+	wallCfg := ToWall(replay.Config{SLO: slo, Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 0.5}}, 10)
+	rep := &replay.Report{SLO: wallCfg.SLO, Load: wallCfg.Load, PeakGoodput: 600, Runs: []replay.RunReport{{
+		Rate: 5,
+		Summary: replay.Summary{Duration: 30, RequestsPerMinute: 600, RequestRate: 10, Goodput: 9,
+			TTFT: replay.Stats{P50: 0.05, P90: 0.3}, E2E: replay.Stats{P50: 1}},
+		Requests: []replay.Result{{TTFT: 50 * time.Millisecond, E2E: time.Second, Sent: 2 * time.Second}},
+	}}}
+	s := ToSim(rep, 10)
+	run := s.Runs[0]
+	tests := []struct {
+		name      string
+		got, want float64
+	}{
+		{"slo back in simulated time", s.SLO.Objectives[0].Max.Seconds(), 8},
+		{"load rate", s.Load.Rate, 0.5},
+		{"run rate", run.Rate, 0.5},
+		{"peak goodput", s.PeakGoodput, 60},
+		{"duration", run.Summary.Duration, 300},
+		{"requests per minute", run.Summary.RequestsPerMinute, 60},
+		{"goodput", run.Summary.Goodput, 0.9},
+		{"ttft p50", run.Summary.TTFT.P50, 0.5},
+		{"ttft p90", run.Summary.TTFT.P90, 3},
+		{"request ttft", run.Requests[0].TTFT.Seconds(), 0.5},
+		{"request sent", run.Requests[0].Sent.Seconds(), 20},
+		{"wall report untouched", rep.Runs[0].Requests[0].TTFT.Seconds(), 0.05},
+	}
+	for _, tc := range tests {
+		if math.Abs(tc.got-tc.want) > 1e-9 {
+			t.Errorf("%s: got %v, want %v", tc.name, tc.got, tc.want)
+		}
+	}
+}
+
+func TestMeasureAccuracy(t *testing.T) {
+	t.Parallel()
+	rec := func(seq int, pred, got time.Duration, pc, gc int, end scoring.End) Record {
+		return Record{Seq: seq, PredictedTTFT: pred, PredictedCached: pc,
+			Outcome: scoring.Outcome{End: end, TTFT: got, CachedTokens: gc}}
+	}
+	ms := time.Millisecond
+	tests := []struct {
+		name      string
+		rs        []Record
+		warmup    int
+		wantN     int
+		wantMed   float64
+		wantExact float64
+	}{
+		{"warm-up and unfinished requests are left out", []Record{
+			rec(0, 10*ms, 100*ms, 0, 5, scoring.EndCompleted), // warm-up
+			rec(1, 110*ms, 100*ms, 16, 16, scoring.EndCompleted),
+			rec(2, 90*ms, 100*ms, 32, 16, scoring.EndCompleted),
+			rec(3, 500*ms, 100*ms, 0, 0, scoring.EndAborted),
+		}, 1, 2, 10, 0.5},
+		{"no prediction counts for cached tokens only", []Record{
+			rec(0, 0, 100*ms, 0, 0, scoring.EndCompleted),
+			rec(1, 0, 100*ms, 0, 16, scoring.EndCompleted),
+		}, 0, 0, math.NaN(), 0.5},
+		{"unreported cached tokens are not judged", []Record{
+			rec(0, 150*ms, 100*ms, 0, -1, scoring.EndCompleted),
+		}, 0, 1, 50, math.NaN()},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a := MeasureAccuracy(tc.rs, tc.warmup)
+			if a.TTFTSamples != tc.wantN || !sameFloat(a.MedianAPE, tc.wantMed) || !sameFloat(a.CachedExact, tc.wantExact) {
+				t.Fatalf("got %+v, want %d samples, median %v, exact %v", a, tc.wantN, tc.wantMed, tc.wantExact)
+			}
+		})
+	}
+}
+
+func sameFloat(a, b float64) bool {
+	return (math.IsNaN(a) && math.IsNaN(b)) || math.Abs(a-b) < 1e-9
+}
+
+// fakePicker picks the first worker and counts the calls it received.
+type fakePicker struct {
+	picks, dones, firsts int
+	err                  error
+}
+
+func (f *fakePicker) Pick(_ context.Context, req *scoring.Request, ws scoring.Workers) (*scoring.Decision, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	f.picks++
+	return &scoring.Decision{Worker: ws[0].Name, PromptTokens: len(req.TokenIDs),
+		Chosen: scoring.Candidate{PredictedTTFT: time.Duration(f.picks) * time.Millisecond, CachedTokens: 16}}, nil
+}
+
+func (f *fakePicker) Done(*scoring.Decision, scoring.Outcome) { f.dones++ }
+func (f *fakePicker) FirstToken(*scoring.Decision)          { f.firsts++ }
+
+func TestRecorder(t *testing.T) {
+	t.Parallel()
+	inner := &fakePicker{}
+	r := NewRecorder(inner)
+	ws := scoring.Workers{{Name: "w0"}}
+	var ds []*scoring.Decision
+	for range 3 {
+		d, err := r.Pick(t.Context(), &scoring.Request{TokenIDs: []uint32{1, 2}}, ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	r.FirstToken(ds[0])
+	// End out of order; records come back in decision order.
+	r.Done(ds[2], scoring.Outcome{End: scoring.EndCompleted, TTFT: 3 * time.Millisecond})
+	r.Done(ds[0], scoring.Outcome{End: scoring.EndAborted})
+	if r.Pending() != 1 {
+		t.Fatalf("pending %d, want 1", r.Pending())
+	}
+	got := r.Records()
+	if len(got) != 2 || got[0].Seq != 0 || got[1].Seq != 2 || got[1].PredictedTTFT != 3*time.Millisecond ||
+		got[1].PredictedCached != 16 || got[1].PromptTokens != 2 || got[0].Outcome.End != scoring.EndAborted {
+		t.Fatalf("records %+v", got)
+	}
+	if inner.dones != 2 || inner.firsts != 1 {
+		t.Fatalf("inner saw %d dones and %d first tokens", inner.dones, inner.firsts)
+	}
+	inner.err = errors.New("no workers")
+	if _, err := r.Pick(t.Context(), &scoring.Request{}, ws); err == nil || r.Pending() != 1 {
+		t.Fatalf("error not passed on (err %v, pending %d)", err, r.Pending())
+	}
+}
+
+func TestSetupValidate(t *testing.T) {
+	t.Parallel()
+	ok := Setup{Workers: []WorkerSpec{{Name: "w0", Profile: "test"}}, TimeScale: 1, EnvoyBin: "envoy", Bootstrap: "b.yaml"}
+	tests := []struct {
+		name   string
+		mutate func(*Setup)
+		want   string
+	}{
+		{"valid", func(*Setup) {}, ""},
+		{"no workers", func(s *Setup) { s.Workers = nil }, "no workers"},
+		{"repeated name", func(s *Setup) { s.Workers = append(s.Workers, s.Workers[0]) }, "repeated"},
+		{"unknown profile", func(s *Setup) { s.Workers = []WorkerSpec{{Name: "w0", Profile: "h200"}} }, "unknown profile"},
+		{"bad time scale", func(s *Setup) { s.TimeScale = -1 }, "time scale"},
+		{"no envoy", func(s *Setup) { s.EnvoyBin = "" }, "envoy"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := ok
+			s.Workers = append([]WorkerSpec(nil), ok.Workers...)
+			tc.mutate(&s)
+			err := s.Validate()
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
