@@ -1,0 +1,135 @@
+package scoring
+
+import (
+	"time"
+)
+
+// assignment is one routed request from its decision to its Done: the load
+// it reserves on its worker and what was predicted for it.
+type assignment struct {
+	worker  string
+	decided time.Time
+	// prompt and uncached are in tokens; blocks is the KV blocks the
+	// request occupies (prompt only).
+	prompt   int
+	uncached float64
+	blocks   int
+	// start and first are the predicted start of its prefill and its
+	// first token; firstSeen is set when the caller reported it.
+	start     time.Time
+	first     time.Time
+	firstSeen bool
+	// work is the model input at decision time; pred what came out.
+	work workload
+	pred prediction
+	// cached is the predicted prefix hit; exact whether it came from
+	// exact tokens and the index (only then it is checked against the
+	// engine's answer).
+	cached int
+	exact  bool
+}
+
+// pastFirst reports whether a is (believed to be) decoding at t.
+func (a *assignment) pastFirst(t time.Time) bool {
+	return a.firstSeen || !t.Before(a.first)
+}
+
+// remaining is a's prefill work not yet done at t, in tokens: all of it
+// before its predicted start, none after its first token, linear between.
+func (a *assignment) remaining(t time.Time) float64 {
+	switch {
+	case a.pastFirst(t):
+		return 0
+	case !t.After(a.start):
+		return a.uncached
+	}
+	span := a.first.Sub(a.start)
+	return a.uncached * float64(a.first.Sub(t)) / float64(span)
+}
+
+// ledgerLoad is a worker's load as warmpath's own assignments show it,
+// reconciled with the last scrape.
+type ledgerLoad struct {
+	inflight int
+	// ahead is prefill tokens not yet computed; pendingUncached the full
+	// uncached tokens of requests not past their first token.
+	ahead           float64
+	pendingUncached float64
+	decoding        float64
+	decodeCtx       float64
+	// blocks is the KV blocks held by in-flight requests (dynamo-cost).
+	blocks int
+	// extra is the number of requests the scrape shows beyond the ledger.
+	extra int
+	// kvUsage is the scraped usage, -1 when unknown.
+	kvUsage float64
+}
+
+// workerState is everything the router keeps per worker. It is guarded by
+// the router's mutex.
+type workerState struct {
+	inflight []*assignment
+	cal      *calibrator
+	// avgUncached and avgPrompt are running means over outcomes, used to
+	// price requests that only a scrape shows.
+	avgUncached float64
+	avgPrompt   float64
+	gap         gapTracker
+	text        *textHistory
+}
+
+func (s *workerState) add(a *assignment) { s.inflight = append(s.inflight, a) }
+
+func (s *workerState) remove(a *assignment) {
+	for i, b := range s.inflight {
+		if b == a {
+			last := len(s.inflight) - 1
+			s.inflight[i] = s.inflight[last]
+			s.inflight[last] = nil
+			s.inflight = s.inflight[:last]
+			return
+		}
+	}
+}
+
+// load sums the ledger at now and reconciles it with scrape r when it is
+// fresh: requests the engine reports beyond those warmpath routed (other
+// routers, direct clients) are added, the waiting ones as prefill work of
+// the worker's average uncached size, the running ones as decodes.
+func (s *workerState) load(now time.Time, r LoadReport, fresh bool, blockSize int) ledgerLoad {
+	l := ledgerLoad{inflight: len(s.inflight), kvUsage: -1}
+	var runningAt, waitingAt int
+	for _, a := range s.inflight {
+		if a.pastFirst(now) {
+			l.decoding++
+			l.decodeCtx += float64(a.prompt)
+		} else {
+			l.ahead += a.remaining(now)
+			l.pendingUncached += a.uncached
+		}
+		l.blocks += a.blocks
+		if fresh && !a.decided.After(r.Scraped) {
+			if a.start.After(r.Scraped) && !a.firstSeen {
+				waitingAt++
+			} else {
+				runningAt++
+			}
+		}
+	}
+	if !fresh {
+		return l
+	}
+	if r.HasKVUsage {
+		l.kvUsage = r.KVUsage
+	}
+	extra := max(0, r.Running+r.Waiting-runningAt-waitingAt)
+	extraWaiting := min(extra, max(0, r.Waiting-waitingAt))
+	extraRunning := extra - extraWaiting
+	l.extra = extra
+	l.ahead += float64(extraWaiting) * s.avgUncached
+	l.pendingUncached += float64(extraWaiting) * s.avgUncached
+	l.decoding += float64(extraRunning)
+	l.decodeCtx += float64(extraRunning) * s.avgPrompt
+	l.blocks += extra * int(s.avgPrompt) / blockSize
+	return l
+}
