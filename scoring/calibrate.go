@@ -24,7 +24,19 @@ type calibrator struct {
 	// scale is a robust running estimate of the relative residual spread.
 	scale float64
 	n     int
+	// run counts consecutive outliers with the same sign; runSign is it.
+	// A run of resetRun is a change of regime (the worker got slower or
+	// faster), not noise, and resets the covariance to the prior's so the
+	// fit moves at once; resets counts those.
+	run     int
+	runSign float64
+	resets  int
 }
+
+// resetRun is the number of consecutive same-sign outliers taken as a
+// change of regime. With 5% independent outliers that happens by chance
+// about once in 3·10⁵ outcomes.
+const resetRun = 4
 
 func newCalibrator(prior StepModel, spread, noise float64) *calibrator {
 	c := &calibrator{prior: prior, pmax: spread * spread, scale: noise}
@@ -79,6 +91,29 @@ func (c *calibrator) observe(x [numParams]float64, y float64, cfg *Config) (outl
 	if a := math.Abs(e) / std; a > cfg.HuberK {
 		w = cfg.HuberK / a
 		outlier = true
+		if sign := math.Copysign(1, e); c.run > 0 && sign == c.runSign {
+			c.run++
+		} else {
+			c.run, c.runSign = 1, sign
+		}
+	} else {
+		c.run = 0
+	}
+	if c.run >= resetRun {
+		c.run = 0
+		c.resets++
+		for i := range c.p {
+			for j := range c.p[i] {
+				c.p[i][j] = 0
+			}
+			c.p[i][i] = c.pmax
+		}
+		for i := range pz {
+			pz[i] = c.pmax * z[i]
+		}
+		zpz = c.pmax * dot(z, z)
+		std = math.Sqrt(r + zpz)
+		w = min(1, cfg.HuberK*std/math.Abs(e))
 	}
 	// Robust scale: relative residual, clipped so outliers move it little.
 	rel := math.Abs(e) / yhat

@@ -16,6 +16,7 @@ type metrics struct {
 	cachedCheck    *prometheus.CounterVec   // result: exact, over, under
 	cachedGap      *prometheus.GaugeVec     // worker: 1 while a gap is reported
 	outliers       prometheus.Counter       // observations down-weighted
+	resets         prometheus.Counter       // calibration covariance resets
 	loadReports    *prometheus.CounterVec   // state: fresh, stale, missing
 	staleIndex     prometheus.Counter       // candidates whose index view was stale
 	shadowRegret   *prometheus.HistogramVec // policy
@@ -48,6 +49,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			[]string{"worker"}),
 		outliers: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "calibration_outliers_total", Help: "Outcomes down-weighted as outliers by calibration."}),
+		resets: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "calibration_resets_total", Help: "Runs of same-sign outliers taken as a worker changing speed, which restart its fit from the prior's uncertainty."}),
 		loadReports: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "load_reports_total", Help: "Scraped load looked up per candidate: fresh, stale or missing."}, []string{"state"}),
 		staleIndex: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -66,7 +69,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tokenize_failures_total", Help: "Requests for which no exact token ids could be had."}),
 	}
 	for _, c := range []prometheus.Collector{m.decisions, m.inflight, m.outcomes, m.unknownDone, m.relError,
-		m.cachedCheck, m.cachedGap, m.outliers, m.loadReports, m.staleIndex, m.shadowRegret, m.shadowAgree,
+		m.cachedCheck, m.cachedGap, m.outliers, m.resets, m.loadReports, m.staleIndex, m.shadowRegret, m.shadowAgree,
 		m.prefillPerTok, m.stepOverhead, m.tokenizeErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register scoring metrics: %w", err)

@@ -436,6 +436,10 @@ func (r *Router) Done(d *Decision, o Outcome) {
 	if l.outlier {
 		r.m.outliers.Inc()
 	}
+	if l.reset {
+		r.m.resets.Inc()
+		r.log.Info("worker changed speed: calibration restarted from the prior's uncertainty", "worker", a.worker)
+	}
 	r.m.prefillPerTok.WithLabelValues(a.worker).Set(l.model.PrefillPerToken)
 	r.m.stepOverhead.WithLabelValues(a.worker).Set(l.model.StepOverhead)
 	if l.checked {
@@ -456,6 +460,7 @@ func (r *Router) Done(d *Decision, o Outcome) {
 type learned struct {
 	relErr       float64
 	outlier      bool
+	reset        bool
 	model        StepModel
 	checked      bool
 	cachedResult string
@@ -491,7 +496,9 @@ func (r *Router) learn(st *workerState, a *assignment, o Outcome) learned {
 		w.cached = float64(o.CachedTokens)
 		w.offloaded = min(w.offloaded, w.cached)
 	}
+	resets := st.cal.resets
 	l.outlier = st.cal.observe(w.features(), actual/a.pred.factor, &r.cfg)
+	l.reset = st.cal.resets != resets
 	l.model = st.cal.model()
 	const alpha = 0.05
 	st.avgUncached += alpha * (w.uncached() - st.avgUncached)
