@@ -91,7 +91,7 @@ type Config struct {
 	// worker's average. Default 512.
 	DefaultUncached int `yaml:"default_uncached"`
 
-	// TextChunk is the approximate mode's text block in bytes (default 512);
+	// TextChunk is the approximate mode's text block in bytes (default 1024);
 	// BytesPerToken converts bytes to estimated tokens (default 4);
 	// TextHistory bounds the remembered blocks per worker (default 65536);
 	// TextTTL forgets blocks not routed for that long (default 10 min).
@@ -140,7 +140,7 @@ func DefaultConfig() Config {
 		KVPenalty:         1,
 		LoadMaxAge:        5 * time.Second,
 		DefaultUncached:   512,
-		TextChunk:         512,
+		TextChunk:         1024,
 		BytesPerToken:     4,
 		TextHistory:       1 << 16,
 		TextTTL:           10 * time.Minute,

@@ -3,7 +3,6 @@ package scoring
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -11,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -37,35 +37,35 @@ func (f *fakeTokens) Tokens(context.Context, *Request) ([]uint32, string, error)
 type fakeIndex struct {
 	seed maphash.Seed
 
-	mu      sync.Mutex
-	bit     map[string]int
-	names   []string
-	blocks  map[uint64]uint64
-	offload map[uint64]uint64
-	stale   map[string]bool
-	specs   []string // workers Speculate was called for, in order
+	mu     sync.Mutex
+	bit    map[string]int
+	names  []string
+	blocks map[uint64]holders
+	stale  map[string]bool
+	specs  []string // workers Speculate was called for, in order
+	// last memoises the keys of the last Lookup, which Speculate for the
+	// same ids reuses, as an adapter over the real index can.
+	lastIDs  *uint32
+	lastN    int
+	lastKeys []uint64
+	lastGPU  map[string]int // GPU prefix per worker of the last Lookup
 }
 
+// holders are the workers holding a block on GPU and on an offload tier.
+type holders struct{ gpu, off uint64 }
+
 func newFakeIndex() *fakeIndex {
-	return &fakeIndex{seed: maphash.MakeSeed(), bit: map[string]int{}, blocks: map[uint64]uint64{},
-		offload: map[uint64]uint64{}, stale: map[string]bool{}}
+	return &fakeIndex{seed: maphash.MakeSeed(), bit: map[string]int{}, blocks: map[uint64]holders{}, stale: map[string]bool{},
+		lastGPU: map[string]int{}}
 }
 
 func (f *fakeIndex) keys(key CacheKey, ids []uint32, bs int) []uint64 {
 	h := maphash.String(f.seed, key.Model+"\x00"+key.LoRA+"\x00"+key.Salt)
-	var buf [8]byte
 	out := make([]uint64, 0, len(ids)/bs)
-	var mh maphash.Hash
-	mh.SetSeed(f.seed)
 	for off := 0; off+bs <= len(ids); off += bs {
-		mh.Reset()
-		binary.LittleEndian.PutUint64(buf[:], h)
-		mh.Write(buf[:])
-		for _, id := range ids[off : off+bs] {
-			binary.LittleEndian.PutUint32(buf[:4], id)
-			mh.Write(buf[:4])
-		}
-		h = mh.Sum64()
+		// The block's ids as bytes in host order, without a copy.
+		buf := unsafe.Slice((*byte)(unsafe.Pointer(&ids[off])), 4*bs)
+		h = mix(h ^ maphash.Bytes(f.seed, buf))
 		out = append(out, h)
 	}
 	return out
@@ -86,13 +86,15 @@ func (f *fakeIndex) workerBit(w string) uint64 {
 func (f *fakeIndex) store(worker string, key CacheKey, ids []uint32, n, bs int, off bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	m := f.blocks
-	if off {
-		m = f.offload
-	}
 	b := f.workerBit(worker)
 	for _, k := range f.keys(key, ids[:n], bs) {
-		m[k] |= b
+		h := f.blocks[k]
+		if off {
+			h.off |= b
+		} else {
+			h.gpu |= b
+		}
+		f.blocks[k] = h
 	}
 }
 
@@ -100,40 +102,63 @@ func (f *fakeIndex) Lookup(key CacheKey, ids []uint32, bs int) []PrefixMatch {
 	ks := f.keys(key, ids, bs)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if len(ids) > 0 {
+		f.lastIDs, f.lastN, f.lastKeys = &ids[0], len(ids), ks
+	}
 	gpu := make([]int, len(f.names))
 	all := make([]int, len(f.names))
-	aliveGPU, alive := ^uint64(0), ^uint64(0)
-	for i, k := range ks {
-		aliveGPU &= f.blocks[k]
-		alive &= f.blocks[k] | f.offload[k]
-		if alive == 0 {
-			break
-		}
+	// Walk the chain once; when a worker drops out of the alive set, its
+	// prefix ended at the previous block.
+	aliveGPU, alive := uint64(1)<<len(f.names)-1, uint64(1)<<len(f.names)-1
+	end := func(dropped uint64, n int, into []int) {
 		for w := range f.names {
-			if aliveGPU&(1<<w) != 0 {
-				gpu[w] = (i + 1) * bs
-			}
-			if alive&(1<<w) != 0 {
-				all[w] = (i + 1) * bs
+			if dropped&(1<<w) != 0 {
+				into[w] = n
 			}
 		}
 	}
+	for i, k := range ks {
+		h := f.blocks[k]
+		if na := aliveGPU & h.gpu; na != aliveGPU {
+			end(aliveGPU&^na, i*bs, gpu)
+			aliveGPU = na
+		}
+		if na := alive & (h.gpu | h.off); na != alive {
+			end(alive&^na, i*bs, all)
+			alive = na
+		}
+		if alive == 0 {
+			break
+		}
+	}
+	end(aliveGPU, len(ks)*bs, gpu)
+	end(alive, len(ks)*bs, all)
 	var out []PrefixMatch
+	clear(f.lastGPU)
 	for w, name := range f.names {
+		f.lastGPU[name] = gpu[w]
 		if all[w] > 0 {
-			out = append(out, PrefixMatch{Worker: name, GPUTokens: gpu[w], OffloadedTokens: all[w] - gpu[w]})
+			out = append(out, PrefixMatch{Worker: name, GPUTokens: min(gpu[w], all[w]), OffloadedTokens: all[w] - min(gpu[w], all[w])})
 		}
 	}
 	return out
 }
 
 func (f *fakeIndex) Speculate(worker string, key CacheKey, ids []uint32, bs int) {
-	ks := f.keys(key, ids, bs)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	ks := f.lastKeys
+	if len(ids) == 0 || &ids[0] != f.lastIDs || len(ids) != f.lastN {
+		ks = f.keys(key, ids, bs)
+	} else {
+		// Blocks the worker already holds need no write.
+		ks = ks[f.lastGPU[worker]/bs:]
+	}
 	b := f.workerBit(worker)
 	for _, k := range ks {
-		f.blocks[k] |= b
+		h := f.blocks[k]
+		h.gpu |= b
+		f.blocks[k] = h
 	}
 	f.specs = append(f.specs, worker)
 }
