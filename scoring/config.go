@@ -93,7 +93,7 @@ type Config struct {
 
 	// TextChunk is the approximate mode's text block in bytes (default 1024);
 	// BytesPerToken converts bytes to estimated tokens (default 4);
-	// TextHistory bounds the remembered blocks per worker (default 65536);
+	// TextHistory bounds the remembered blocks per worker (default 16384);
 	// TextTTL forgets blocks not routed for that long (default 10 min).
 	TextChunk     int           `yaml:"text_chunk"`
 	BytesPerToken float64       `yaml:"bytes_per_token"`
@@ -142,7 +142,7 @@ func DefaultConfig() Config {
 		DefaultUncached:   512,
 		TextChunk:         1024,
 		BytesPerToken:     4,
-		TextHistory:       1 << 16,
+		TextHistory:       1 << 14,
 		TextTTL:           10 * time.Minute,
 		CachedGapRate:     0.2,
 		CachedGapMin:      20,

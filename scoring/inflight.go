@@ -8,6 +8,7 @@ import (
 // it reserves on its worker and what was predicted for it.
 type assignment struct {
 	worker  string
+	state   *workerState
 	decided time.Time
 	// prompt and uncached are in tokens; blocks is the KV blocks the
 	// request occupies (prompt only).

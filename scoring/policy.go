@@ -25,8 +25,9 @@ type view struct {
 	cfg       *Config
 	cands     []Candidate
 	loads     []ledgerLoad
-	uncached  []float64 // the request's own uncached tokens per candidate
-	factor    []float64 // KV-pressure multiplier per candidate
+	uncached  []float64  // the request's own uncached tokens per candidate
+	factor    []float64  // KV-pressure multiplier per candidate
+	work      []workload // the TTFT model's input per candidate
 	prompt    int
 	blockSize int
 	// seq numbers committed decisions; it rotates tie-breaks.

@@ -254,7 +254,7 @@ func (r *Router) decide(ctx context.Context, req *Request, ws Workers, commit bo
 	if ids == nil && chain != nil {
 		r.applyText(d, states, chain, now)
 	}
-	v := r.view(d, states, reports, fresh, bs, now)
+	v := r.view(d, ws, states, reports, fresh, bs, now)
 	if cap(r.scratch) < n {
 		r.scratch = make([]float64, n)
 	}
@@ -332,9 +332,12 @@ func (r *Router) applyText(d *Decision, states []*workerState, chain []uint64, n
 }
 
 // view predicts every candidate's TTFT and gathers what policies need.
-func (r *Router) view(d *Decision, states []*workerState, reports []LoadReport, fresh []bool, bs int, now time.Time) *view {
+//
+// A worker with several data-parallel ranks is modelled as one engine with
+// their summed step budget.
+func (r *Router) view(d *Decision, ws Workers, states []*workerState, reports []LoadReport, fresh []bool, bs int, now time.Time) *view {
 	n := len(states)
-	v := &view{cfg: &r.cfg, cands: d.Candidates, loads: make([]ledgerLoad, n), uncached: make([]float64, n),
+	v := &view{cfg: &r.cfg, cands: d.Candidates, loads: make([]ledgerLoad, n), uncached: make([]float64, n), work: make([]workload, n),
 		factor: make([]float64, n), prompt: d.PromptTokens, blockSize: bs, seq: r.seq}
 	known, sum := 0, 0.0
 	for i, st := range states {
@@ -347,16 +350,17 @@ func (r *Router) view(d *Decision, states []*workerState, reports []LoadReport, 
 	for i, st := range states {
 		l := &v.loads[i]
 		c := &d.Candidates[i]
-		w := workload{
+		v.work[i] = workload{
 			prompt:      float64(d.PromptTokens),
 			cached:      float64(c.CachedTokens),
 			offloaded:   float64(c.OffloadedTokens),
 			ahead:       l.ahead,
 			decoding:    l.decoding,
 			decodeCtx:   l.decodeCtx,
-			budget:      float64(r.cfg.budget(c.Worker)),
+			budget:      float64(r.cfg.budget(c.Worker) * ws[i].Ranks()),
 			offloadCost: r.cfg.OffloadCost,
 		}
+		w := &v.work[i]
 		// Unknown usage is priced as the pool's mean known usage, never
 		// as an empty cache.
 		u := l.kvUsage
@@ -364,7 +368,7 @@ func (r *Router) view(d *Decision, states []*workerState, reports []LoadReport, 
 			u = sum / float64(known)
 		}
 		v.factor[i] = kvFactor(u, r.cfg.KVHigh, r.cfg.KVPenalty)
-		p := predict(st.cal.model(), &w, v.factor[i])
+		p := predict(st.cal.model(), w, v.factor[i])
 		v.uncached[i] = w.uncached()
 		c.QueueWait = seconds(p.queue)
 		c.Prefill = seconds(p.prefill)
@@ -381,7 +385,6 @@ func (r *Router) view(d *Decision, states []*workerState, reports []LoadReport, 
 // reserve records the decision as in flight on the chosen worker.
 func (r *Router) reserve(d *Decision, v *view, st *workerState, idx int, exact bool, now time.Time) {
 	c := d.Candidates[idx]
-	l := v.loads[idx]
 	a := &assignment{
 		worker:   c.Worker,
 		decided:  now,
@@ -390,15 +393,12 @@ func (r *Router) reserve(d *Decision, v *view, st *workerState, idx int, exact b
 		blocks:   (d.PromptTokens + v.blockSize - 1) / v.blockSize,
 		start:    now.Add(c.QueueWait),
 		first:    now.Add(c.PredictedTTFT),
-		work: workload{
-			prompt: float64(d.PromptTokens), cached: float64(c.CachedTokens), offloaded: float64(c.OffloadedTokens),
-			ahead: l.ahead, decoding: l.decoding, decodeCtx: l.decodeCtx,
-			budget: float64(r.cfg.budget(c.Worker)), offloadCost: r.cfg.OffloadCost,
-		},
-		cached: c.CachedTokens,
-		exact:  exact,
+		work:     v.work[idx],
+		cached:   c.CachedTokens,
+		exact:    exact,
 	}
 	a.pred = prediction{queue: c.QueueWait.Seconds(), prefill: c.Prefill.Seconds(), overhead: c.Overhead.Seconds(), factor: v.factor[idx]}
+	a.state = st
 	st.add(a)
 	r.live[d] = a
 }
@@ -416,7 +416,7 @@ func (r *Router) Done(d *Decision, o Outcome) {
 		return
 	}
 	delete(r.live, d)
-	st := r.workers[a.worker]
+	st := a.state
 	st.remove(a)
 	var (
 		l       learned
@@ -515,6 +515,26 @@ func (r *Router) Model(worker string) StepModel {
 		return st.cal.model()
 	}
 	return r.cfg.Prior
+}
+
+// Forget drops what the router learned about worker (calibration, text
+// history, gap state) and its per-worker metric series; call it when the
+// worker leaves the pool for good. Assignments still in flight on it keep
+// their reservation until Done, and the state is kept until then.
+// It reports whether the state was dropped.
+func (r *Router) Forget(worker string) bool {
+	r.mu.Lock()
+	st, ok := r.workers[worker]
+	if ok && len(st.inflight) > 0 {
+		r.mu.Unlock()
+		return false
+	}
+	delete(r.workers, worker)
+	r.mu.Unlock()
+	r.m.cachedGap.DeleteLabelValues(worker)
+	r.m.prefillPerTok.DeleteLabelValues(worker)
+	r.m.stepOverhead.DeleteLabelValues(worker)
+	return true
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -580,3 +580,45 @@ func TestMetricsLint(t *testing.T) {
 		t.Errorf("metric %s: %s", p.Metric, p.Text)
 	}
 }
+
+func TestForget(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	ws := pool(1)
+	d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 512)}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.r.Forget("w0") {
+		t.Error("Forget dropped a worker with an assignment in flight")
+	}
+	g.r.Done(d, Outcome{End: EndCompleted, TTFT: time.Second, PromptTokens: 512, CachedTokens: 0})
+	if g.r.Model("w0") == DefaultConfig().Prior {
+		t.Fatal("outcome did not calibrate")
+	}
+	if n := testutil.CollectAndCount(g.r.m.prefillPerTok); n != 1 {
+		t.Errorf("model series = %d, want 1", n)
+	}
+	if !g.r.Forget("w0") {
+		t.Error("Forget kept an idle worker")
+	}
+	if g.r.Model("w0") != DefaultConfig().Prior || testutil.CollectAndCount(g.r.m.prefillPerTok) != 0 {
+		t.Error("Forget left the worker's model or metric series")
+	}
+}
+
+// TestDataParallelBudget: a worker with more ranks prefills a long prompt
+// in fewer steps.
+func TestDataParallelBudget(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	ws := pool(2)
+	ws[1].DataParallelSize = 4
+	d, err := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 32768)}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := d.Candidates; !(c[1].Prefill < c[0].Prefill) || d.Worker != "w1" {
+		t.Errorf("4 ranks not faster: %v vs %v", c[1].Prefill, c[0].Prefill)
+	}
+}
