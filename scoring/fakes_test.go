@@ -163,6 +163,20 @@ func (f *fakeIndex) Speculate(worker string, key CacheKey, ids []uint32, bs int)
 	f.specs = append(f.specs, worker)
 }
 
+// setKey adds or removes one block key of worker, as a KV event would.
+func (f *fakeIndex) setKey(worker string, k uint64, on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.workerBit(worker)
+	h := f.blocks[k]
+	if on {
+		h.gpu |= b
+	} else {
+		h.gpu &^= b
+	}
+	f.blocks[k] = h
+}
+
 func (f *fakeIndex) Stale(w string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()

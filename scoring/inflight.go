@@ -30,19 +30,25 @@ type assignment struct {
 	exact  bool
 }
 
-// pastFirst reports whether a is (believed to be) decoding at t.
-func (a *assignment) pastFirst(t time.Time) bool {
-	return a.firstSeen || !t.Before(a.first)
+// pastFirst reports whether a is (believed to be) decoding at t. When the
+// caller reports first tokens (told), only a reported first token counts;
+// otherwise the predicted first token time does.
+func (a *assignment) pastFirst(t time.Time, told bool) bool {
+	return a.firstSeen || (!told && !t.Before(a.first))
 }
 
 // remaining is a's prefill work not yet done at t, in tokens: all of it
 // before its predicted start, none after its first token, linear between.
-func (a *assignment) remaining(t time.Time) float64 {
+// An assignment past its predicted first token that has not reported one
+// is taken to be in its last step, half done.
+func (a *assignment) remaining(t time.Time, told bool) float64 {
 	switch {
-	case a.pastFirst(t):
+	case a.pastFirst(t, told):
 		return 0
 	case !t.After(a.start):
 		return a.uncached
+	case !t.Before(a.first):
+		return min(a.uncached, a.work.budget) / 2
 	}
 	span := a.first.Sub(a.start)
 	return a.uncached * float64(a.first.Sub(t)) / float64(span)
@@ -55,6 +61,8 @@ type ledgerLoad struct {
 	// ahead is prefill tokens not yet computed; pendingUncached the full
 	// uncached tokens of requests not past their first token.
 	ahead           float64
+	aheadReqs       float64
+	aheadCtx        float64
 	pendingUncached float64
 	decoding        float64
 	decodeCtx       float64
@@ -77,17 +85,20 @@ type workerState struct {
 	avgPrompt   float64
 	gap         gapTracker
 	text        *textHistory
+	// lastFirst is when the worker last reported a first token: the
+	// prefill work still pending started no earlier.
+	lastFirst time.Time
 }
 
 func (s *workerState) add(a *assignment) { s.inflight = append(s.inflight, a) }
 
+// remove deletes a, keeping the others in decision (FIFO) order.
 func (s *workerState) remove(a *assignment) {
 	for i, b := range s.inflight {
 		if b == a {
-			last := len(s.inflight) - 1
-			s.inflight[i] = s.inflight[last]
-			s.inflight[last] = nil
-			s.inflight = s.inflight[:last]
+			copy(s.inflight[i:], s.inflight[i+1:])
+			s.inflight[len(s.inflight)-1] = nil
+			s.inflight = s.inflight[:len(s.inflight)-1]
 			return
 		}
 	}
@@ -97,15 +108,31 @@ func (s *workerState) remove(a *assignment) {
 // fresh: requests the engine reports beyond those warmpath routed (other
 // routers, direct clients) are added, the waiting ones as prefill work of
 // the worker's average uncached size, the running ones as decodes.
-func (s *workerState) load(now time.Time, r LoadReport, fresh bool, blockSize int) ledgerLoad {
+//
+// When first tokens are reported (told), the prefill work pending is one
+// FIFO stream that started at the later of the last first token and the
+// oldest pending decision, progressing at the worker's calibrated
+// prefillPerToken; until the next first token confirms progress at least a
+// quarter of a step's worth of it is taken to remain.
+func (s *workerState) load(now time.Time, r LoadReport, fresh bool, blockSize int, told bool, prefillPerToken, budget float64) ledgerLoad {
 	l := ledgerLoad{inflight: len(s.inflight), kvUsage: -1}
 	var runningAt, waitingAt int
+	var streamStart time.Time
 	for _, a := range s.inflight {
-		if a.pastFirst(now) {
+		if a.pastFirst(now, told) {
 			l.decoding++
 			l.decodeCtx += float64(a.prompt)
 		} else {
-			l.ahead += a.remaining(now)
+			if told {
+				if streamStart.IsZero() {
+					streamStart = a.decided
+				}
+				l.ahead += a.uncached
+			} else {
+				l.ahead += a.remaining(now, told)
+			}
+			l.aheadReqs++
+			l.aheadCtx += float64(a.prompt)
 			l.pendingUncached += a.uncached
 		}
 		l.blocks += a.blocks
@@ -116,6 +143,13 @@ func (s *workerState) load(now time.Time, r LoadReport, fresh bool, blockSize in
 				runningAt++
 			}
 		}
+	}
+	if told && l.ahead > 0 {
+		if s.lastFirst.After(streamStart) {
+			streamStart = s.lastFirst
+		}
+		done := now.Sub(streamStart).Seconds() / prefillPerToken
+		l.ahead = max(l.ahead-done, min(l.ahead, budget)/4)
 	}
 	if !fresh {
 		return l
@@ -128,6 +162,8 @@ func (s *workerState) load(now time.Time, r LoadReport, fresh bool, blockSize in
 	extraRunning := extra - extraWaiting
 	l.extra = extra
 	l.ahead += float64(extraWaiting) * s.avgUncached
+	l.aheadReqs += float64(extraWaiting)
+	l.aheadCtx += float64(extraWaiting) * s.avgPrompt
 	l.pendingUncached += float64(extraWaiting) * s.avgUncached
 	l.decoding += float64(extraRunning)
 	l.decodeCtx += float64(extraRunning) * s.avgPrompt

@@ -20,6 +20,11 @@ type workload struct {
 	ahead     float64
 	decoding  float64
 	decodeCtx float64
+	// aheadReqs is the number of requests whose prefill is ahead: they
+	// decode while the request prefills; aheadCtx is their prompt tokens.
+	aheadReqs float64
+	aheadCtx  float64
+
 	// budget is the engine's token budget per step.
 	budget float64
 	// offloadCost prices an offloaded token as a fraction of a computed one.
@@ -39,21 +44,29 @@ func (w *workload) uncached() float64 {
 // per-request overhead is the last parameter alone.
 //
 // The engine serves running decodes first in every step, then prefill
-// chunks in arrival order from what is left of the budget (vllm.md §5.2), so
-// the request waits for the steps that the work ahead fills and then needs
-// enough steps for its own uncached tokens. Steps are counted fractionally
-// at the boundary so that predictions move smoothly with load.
+// chunks in arrival order from what is left of the budget (vllm.md §5.2). A
+// request is admitted only at a step boundary, so it first waits for the
+// work ahead of it, which fills ceil(ahead/budget) steps; with no prefill
+// ahead but sequences decoding it waits half a decode step on average.
+// Then it needs ceil(uncached/budget) steps of its own, during which the
+// requests that were ahead of it decode too.
 func (w *workload) parts() (queue, prefill [numParams]float64) {
 	u := w.uncached()
 	per := max(w.budget-w.decoding, w.budget/8)
-	total := w.ahead + u
-	n := math.Max(math.Ceil(total/per), 1)
-	nq := math.Floor(w.ahead / per)
-	own := n - nq
+	var nq float64
+	switch {
+	case w.ahead > 0:
+		nq = math.Ceil(w.ahead / per)
+	case w.decoding > 0:
+		nq = 0.5
+	}
+	dec := w.decoding + w.aheadReqs
+	decCtx := w.decodeCtx + w.aheadCtx
+	own := math.Max(math.Ceil(u/max(w.budget-dec, w.budget/8)), 1)
 	queue = [numParams]float64{nq, w.ahead, nq * w.decoding, nq*w.decodeCtx + w.ahead, 0}
 	// Each own chunk reads the context computed before it plus itself.
 	ownCtx := own*w.cached + u*(own+1)/2
-	prefill = [numParams]float64{own, u, own * w.decoding, own*w.decodeCtx + ownCtx, 0}
+	prefill = [numParams]float64{own, u, own * dec, own*decCtx + ownCtx, 0}
 	return queue, prefill
 }
 

@@ -41,13 +41,28 @@ func TestWorkloadParts(t *testing.T) {
 		{
 			name:         "work ahead fills whole steps first",
 			w:            workload{prompt: 1000, ahead: 9000, budget: 4096},
-			wantQueue:    [numParams]float64{2, 9000, 0, 9000, 0},
+			wantQueue:    [numParams]float64{3, 9000, 0, 9000, 0},
 			wantPrefill:  [numParams]float64{1, 1000, 0, 1000, 0},
+			wantUncached: 1000,
+		},
+		{
+			name:         "decoding alone costs half a step of waiting",
+			w:            workload{prompt: 1000, decoding: 10, decodeCtx: 5000, budget: 8192},
+			wantQueue:    [numParams]float64{0.5, 0, 5, 2500, 0},
+			wantPrefill:  [numParams]float64{1, 1000, 10, 5000 + 1000, 0},
+			wantUncached: 1000,
+		},
+		{
+			name:         "requests ahead decode during the own prefill",
+			w:            workload{prompt: 1000, ahead: 500, aheadReqs: 2, aheadCtx: 3000, budget: 8192},
+			wantQueue:    [numParams]float64{1, 500, 0, 500, 0},
+			wantPrefill:  [numParams]float64{1, 1000, 2, 3000 + 1000, 0},
 			wantUncached: 1000,
 		},
 		{
 			name:         "decodes take budget and time in every step",
 			w:            workload{prompt: 4000, decoding: 100, decodeCtx: 50000, budget: 4096},
+			wantQueue:    [numParams]float64{0.5, 0, 50, 25000, 0},
 			wantPrefill:  [numParams]float64{2, 4000, 200, 2*50000 + 4000*3/2, 0}, // 4096-100 < 4000: two steps
 			wantUncached: 4000,
 		},
@@ -60,6 +75,7 @@ func TestWorkloadParts(t *testing.T) {
 		{
 			name:         "decodes never starve prefill entirely",
 			w:            workload{prompt: 1024, decoding: 9000, budget: 8192},
+			wantQueue:    [numParams]float64{0.5, 0, 4500, 0, 0},
 			wantPrefill:  [numParams]float64{1, 1024, 9000, 1024, 0},
 			wantUncached: 1024,
 		},

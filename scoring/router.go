@@ -68,6 +68,7 @@ type Router struct {
 	hseed   maphash.Seed
 
 	mu      sync.Mutex
+	told    bool // FirstToken was called: first tokens are reported
 	workers map[string]*workerState
 	live    map[*Decision]*assignment
 	seq     uint64
@@ -142,12 +143,15 @@ func (r *Router) Predict(ctx context.Context, req *Request, ws Workers) (*Decisi
 
 // FirstToken tells the router that the request of d produced its first
 // token, so its prefill no longer counts as work ahead on its worker. It is
-// optional: without it the router assumes the first token came when
-// predicted. Unknown decisions are ignored.
+// optional: until it is first called the router assumes each first token
+// came when predicted; once it has been called, an assignment counts as
+// prefilling until its own call. Unknown decisions are ignored.
 func (r *Router) FirstToken(d *Decision) {
 	r.mu.Lock()
+	r.told = true
 	if a, ok := r.live[d]; ok {
 		a.firstSeen = true
+		a.state.lastFirst = r.now()
 	}
 	r.mu.Unlock()
 }
@@ -340,21 +344,27 @@ func (r *Router) view(d *Decision, ws Workers, states []*workerState, reports []
 	v := &view{cfg: &r.cfg, cands: d.Candidates, loads: make([]ledgerLoad, n), uncached: make([]float64, n), work: make([]workload, n),
 		factor: make([]float64, n), prompt: d.PromptTokens, blockSize: bs, seq: r.seq}
 	known, sum := 0, 0.0
+	models := make([]StepModel, n)
 	for i, st := range states {
-		v.loads[i] = st.load(now, reports[i], fresh[i], bs)
+		models[i] = st.cal.model()
+		m := models[i]
+		v.loads[i] = st.load(now, reports[i], fresh[i], bs, r.told, m.PrefillPerToken, float64(r.cfg.budget(ws[i].Name)*ws[i].Ranks()))
 		if u := v.loads[i].kvUsage; u >= 0 {
 			known++
 			sum += u
 		}
 	}
-	for i, st := range states {
+	for i := range states {
 		l := &v.loads[i]
 		c := &d.Candidates[i]
+		m := models[i]
 		v.work[i] = workload{
 			prompt:      float64(d.PromptTokens),
 			cached:      float64(c.CachedTokens),
 			offloaded:   float64(c.OffloadedTokens),
 			ahead:       l.ahead,
+			aheadReqs:   l.aheadReqs,
+			aheadCtx:    l.aheadCtx,
 			decoding:    l.decoding,
 			decodeCtx:   l.decodeCtx,
 			budget:      float64(r.cfg.budget(c.Worker) * ws[i].Ranks()),
@@ -368,7 +378,7 @@ func (r *Router) view(d *Decision, ws Workers, states []*workerState, reports []
 			u = sum / float64(known)
 		}
 		v.factor[i] = kvFactor(u, r.cfg.KVHigh, r.cfg.KVPenalty)
-		p := predict(st.cal.model(), w, v.factor[i])
+		p := predict(m, w, v.factor[i])
 		v.uncached[i] = w.uncached()
 		c.QueueWait = seconds(p.queue)
 		c.Prefill = seconds(p.prefill)

@@ -622,7 +622,7 @@ func TestDataParallelBudget(t *testing.T) {
 	// overheads less, and 32768×(5-2)/2 context tokens fewer re-read.
 	m := DefaultConfig().Prior
 	want := seconds(3*m.StepOverhead + 49152*m.ContextPerToken)
-	if c := d.Candidates; (c[0].Prefill-c[1].Prefill-want).Abs() > time.Microsecond {
+	if c := d.Candidates; (c[0].Prefill - c[1].Prefill - want).Abs() > time.Microsecond {
 		t.Errorf("4 ranks not faster: %v vs %v", c[1].Prefill, c[0].Prefill)
 	}
 }
