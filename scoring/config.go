@@ -74,6 +74,10 @@ type Config struct {
 	// TieRel × best) of the best predicted TTFT. Defaults 0.05 and 5 ms.
 	TieRel float64       `yaml:"tie_rel"`
 	TieAbs time.Duration `yaml:"tie_abs"`
+	// ColdTieRel replaces TieRel when the prompt is cached on no
+	// candidate: new prefixes are spread over all caches among workers
+	// within this share of the best prediction. Default 0.5.
+	ColdTieRel float64 `yaml:"cold_tie_rel"`
 
 	// OffloadCost is the cost of one offloaded (non-GPU) cached token as a
 	// fraction of computing it. Default 0.25.
@@ -135,6 +139,7 @@ func DefaultConfig() Config {
 		HuberK:            2.5,
 		TieRel:            0.05,
 		TieAbs:            5 * time.Millisecond,
+		ColdTieRel:        0.5,
 		OffloadCost:       0.25,
 		KVHigh:            0.9,
 		KVPenalty:         1,
@@ -197,8 +202,8 @@ func (c *Config) Validate() error {
 	if !(c.HuberK > 0) {
 		bad("huber_k: %v is not positive", c.HuberK)
 	}
-	if !(c.TieRel >= 0) || c.TieAbs < 0 {
-		bad("tie_rel, tie_abs: %v, %v must not be negative", c.TieRel, c.TieAbs)
+	if !(c.TieRel >= 0) || c.TieAbs < 0 || !(c.ColdTieRel >= 0) {
+		bad("tie_rel, tie_abs, cold_tie_rel: %v, %v, %v must not be negative", c.TieRel, c.TieAbs, c.ColdTieRel)
 	}
 	if !(c.OffloadCost >= 0 && c.OffloadCost <= 1) {
 		bad("offload_cost: %v is not in [0, 1]", c.OffloadCost)

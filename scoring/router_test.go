@@ -200,6 +200,22 @@ func TestTieBreak(t *testing.T) {
 			},
 			want: "w0", reason: "lowest predicted TTFT",
 		},
+		{
+			name: "new prefix: 30% slower but idle takes it, spreading prefixes",
+			setup: func(g *rig, ids []uint32) {
+				slow(g, "w1", 1.3)
+				g.load.reports["w0"] = LoadReport{Running: 1, Scraped: g.clock.Now()}
+			},
+			want: "w1", reason: "prefix cached nowhere: 2 candidates",
+		},
+		{
+			name: "new prefix: 2x slower is not near-equal",
+			setup: func(g *rig, ids []uint32) {
+				slow(g, "w1", 2)
+				g.load.reports["w0"] = LoadReport{Running: 1, Scraped: g.clock.Now()}
+			},
+			want: "w0", reason: "lowest predicted TTFT",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -215,6 +231,17 @@ func TestTieBreak(t *testing.T) {
 				t.Errorf("picked %s (%q), want %s (%q); %+v", d.Worker, d.Reason, tt.want, tt.reason, d.Candidates)
 			}
 		})
+	}
+}
+
+// slow makes worker's model f times slower than the prior, as calibration
+// would after seeing it.
+func slow(g *rig, worker string, f float64) {
+	g.r.mu.Lock()
+	defer g.r.mu.Unlock()
+	st := g.r.state(worker)
+	for i := range st.cal.theta {
+		st.cal.theta[i] = f
 	}
 }
 
