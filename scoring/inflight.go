@@ -20,6 +20,9 @@ type assignment struct {
 	start     time.Time
 	first     time.Time
 	firstSeen bool
+	// stream is set for streamed requests, whose first token the caller
+	// can see and report.
+	stream bool
 	// work is the model input at decision time; pred what came out.
 	work workload
 	pred prediction
@@ -34,7 +37,7 @@ type assignment struct {
 // caller reports first tokens (told), only a reported first token counts;
 // otherwise the predicted first token time does.
 func (a *assignment) pastFirst(t time.Time, told bool) bool {
-	return a.firstSeen || (!told && !t.Before(a.first))
+	return a.firstSeen || (!(told && a.stream) && !t.Before(a.first))
 }
 
 // remaining is a's prefill work not yet done at t, in tokens: all of it
@@ -123,7 +126,7 @@ func (s *workerState) load(now time.Time, r LoadReport, fresh bool, blockSize in
 			l.decoding++
 			l.decodeCtx += float64(a.prompt)
 		} else {
-			if told {
+			if told && a.stream {
 				if streamStart.IsZero() {
 					streamStart = a.decided
 				}

@@ -75,15 +75,15 @@ func (v *view) busy(i int) int { return v.loads[i].inflight + v.loads[i].extra }
 // among them, then the next in turn after the previous decision. It also
 // returns how many were near-equal.
 func lowest(v *view, score []float64, tol float64) (best, near int) {
-	min := math.Inf(1)
+	lo := math.Inf(1)
 	for _, s := range score {
-		min = math.Min(min, s)
+		lo = math.Min(lo, s)
 	}
 	n := len(score)
 	best = -1
 	for k := range n {
 		i := (k + int(v.seq%uint64(n))) % n
-		if score[i] > min+tol {
+		if score[i] > lo+tol {
 			continue
 		}
 		near++

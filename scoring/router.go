@@ -144,8 +144,9 @@ func (r *Router) Predict(ctx context.Context, req *Request, ws Workers) (*Decisi
 // FirstToken tells the router that the request of d produced its first
 // token, so its prefill no longer counts as work ahead on its worker. It is
 // optional: until it is first called the router assumes each first token
-// came when predicted; once it has been called, an assignment counts as
-// prefilling until its own call. Unknown decisions are ignored.
+// came when predicted; once it has been called, a streamed request
+// (Request.Stream) counts as prefilling until its own call, while
+// non-streamed ones keep the predicted time. Unknown decisions are ignored.
 func (r *Router) FirstToken(d *Decision) {
 	r.mu.Lock()
 	r.told = true
@@ -166,9 +167,13 @@ func (r *Router) tokensOf(ctx context.Context, req *Request) (ids []uint32, path
 		return nil, "none", "no tokenizer configured"
 	}
 	ids, path, err := r.tokens.Tokens(ctx, req)
-	if err != nil {
+	switch {
+	case err != nil:
 		r.m.tokenizeErrors.Inc()
 		return nil, "none", err.Error()
+	case ids == nil:
+		r.m.tokenizeErrors.Inc()
+		return nil, "none", "tokenizer returned no token ids"
 	}
 	return ids, path, ""
 }
@@ -276,7 +281,7 @@ func (r *Router) decide(ctx context.Context, req *Request, ws Workers, commit bo
 			PredictedTTFT: c.PredictedTTFT, Regret: c.PredictedTTFT - d.Chosen.PredictedTTFT})
 	}
 	if commit {
-		r.reserve(d, v, states[idx], idx, exact, now)
+		r.reserve(d, v, states[idx], idx, exact, req.Stream, now)
 		if chain != nil {
 			states[idx].text.record(chain, now.UnixNano())
 		}
@@ -393,7 +398,7 @@ func (r *Router) view(d *Decision, ws Workers, states []*workerState, reports []
 }
 
 // reserve records the decision as in flight on the chosen worker.
-func (r *Router) reserve(d *Decision, v *view, st *workerState, idx int, exact bool, now time.Time) {
+func (r *Router) reserve(d *Decision, v *view, st *workerState, idx int, exact, stream bool, now time.Time) {
 	c := d.Candidates[idx]
 	a := &assignment{
 		worker:   c.Worker,
@@ -406,6 +411,7 @@ func (r *Router) reserve(d *Decision, v *view, st *workerState, idx int, exact b
 		work:     v.work[idx],
 		cached:   c.CachedTokens,
 		exact:    exact,
+		stream:   stream,
 	}
 	a.pred = prediction{queue: c.QueueWait.Seconds(), prefill: c.Prefill.Seconds(), overhead: c.Overhead.Seconds(), factor: v.factor[idx]}
 	a.state = st

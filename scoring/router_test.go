@@ -532,7 +532,7 @@ func TestFirstTokenReleasesPrefill(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
 	ws := pool(1)
-	d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 8000)}, ws)
+	d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 8000), Stream: true}, ws)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -651,5 +651,50 @@ func TestDataParallelBudget(t *testing.T) {
 	want := seconds(3*m.StepOverhead + 49152*m.ContextPerToken)
 	if c := d.Candidates; (c[0].Prefill - c[1].Prefill - want).Abs() > time.Microsecond {
 		t.Errorf("4 ranks not faster: %v vs %v", c[1].Prefill, c[0].Prefill)
+	}
+}
+
+// TestToldMode: once first tokens are reported, a streamed request without
+// one still counts as prefilling past its predicted first token (at least a
+// quarter of a step), while a non-streamed one drains on prediction.
+func TestToldMode(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		stream    bool
+		wantAhead int
+	}{
+		{name: "streamed waits for its report", stream: true, wantAhead: 2000},
+		{name: "non-streamed drains on prediction", stream: false, wantAhead: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+			ws := pool(1)
+			first, _ := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 100), Stream: true}, ws)
+			g.r.FirstToken(first)
+			d, _ := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(2, 0, 8000), Stream: tt.stream}, ws)
+			g.clock.Advance(10 * d.Chosen.PredictedTTFT)
+			p, _ := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(3, 0, 100)}, ws)
+			if p.Chosen.WorkAhead != tt.wantAhead {
+				t.Errorf("work ahead %d long after the predicted first token, want %d", p.Chosen.WorkAhead, tt.wantAhead)
+			}
+		})
+	}
+}
+
+func TestTokenizerReturnsNothing(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), &fakeTokens{path: "local"})
+	d, err := g.r.Pick(t.Context(), &Request{Model: "m", Body: []byte("{}")}, pool(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Mode != ModeLoadOnly || d.TokenizePath != "none" || d.TokenizeReason != "tokenizer returned no token ids" {
+		t.Errorf("mode %s path %s reason %q", d.Mode, d.TokenizePath, d.TokenizeReason)
+	}
+	if n := testutil.ToFloat64(g.r.m.tokenizeErrors); n != 1 {
+		t.Errorf("tokenize failures %v", n)
 	}
 }

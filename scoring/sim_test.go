@@ -96,7 +96,7 @@ func (s *sim) setClock() {
 // arrive routes a request and queues it on the chosen engine.
 func (s *sim) arrive(t *testing.T, q *simReq) {
 	s.setClock()
-	d, err := s.g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: q.ids}, s.pool)
+	d, err := s.g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: q.ids, Stream: true}, s.pool)
 	if err != nil {
 		t.Fatal(err)
 	}
