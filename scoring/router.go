@@ -420,8 +420,8 @@ func (r *Router) reserve(d *Decision, v *view, st *workerState, idx int, exact, 
 }
 
 // Done ends the assignment of d: its load is released and, when the request
-// completed with a first token, the outcome calibrates the worker's model
-// and checks the cached-token prediction. It must be called exactly once
+// completed with a first token (TTFT in (0, 1h]), the outcome calibrates the
+// worker's model and checks the cached-token prediction. It must be called exactly once
 // per decision returned by Pick; other calls are counted and ignored.
 func (r *Router) Done(d *Decision, o Outcome) {
 	r.mu.Lock()
@@ -436,7 +436,7 @@ func (r *Router) Done(d *Decision, o Outcome) {
 	st.remove(a)
 	var (
 		l       learned
-		learnOK = o.End == EndCompleted && o.TTFT > 0
+		learnOK = o.End == EndCompleted && o.TTFT > 0 && o.TTFT <= maxTTFT
 	)
 	if learnOK {
 		l = r.learn(st, a, o)
@@ -553,4 +553,20 @@ func (r *Router) Forget(worker string) bool {
 	return true
 }
 
-func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+// maxTTFT bounds the outcomes calibration believes: a longer "time to
+// first token" is a broken measurement, not a slow engine.
+const maxTTFT = time.Hour
+
+// seconds converts a prediction to a Duration, saturating far below
+// overflow so that an absurd model can never produce a negative time.
+func seconds(s float64) time.Duration {
+	const limit = float64(1000 * time.Hour)
+	d := s * float64(time.Second)
+	switch {
+	case !(d > 0): // also NaN
+		return 0
+	case d > limit:
+		return time.Duration(limit)
+	}
+	return time.Duration(d)
+}
