@@ -23,10 +23,20 @@
 // cached-token prediction is checked against the engine's answer and a
 // persistent gap is reported.
 //
+// Load is reserved at decision time (so a concurrent burst sees it) and
+// released by Done. Callers that see the response stream should call
+// FirstToken at the first content chunk: from then on the prefill work
+// ahead on a worker is what is really still prefilling.
+//
 // The deciding policy is warmpath's own (lowest predicted TTFT, with an
-// explained load-spreading tie-break) or a baseline chosen by name:
+// explained load-spreading tie-break, wider for prefixes cached nowhere so
+// that new prefixes spread over all caches) or a baseline chosen by name:
 // random, round-robin, least-request, prefix-max, affinity (llm-d style
 // affinity until saturated) and dynamo-cost. All go through the same data
 // path and reservation, and any of them can run in shadow on every request
 // to measure predicted regret without changing the decision.
+//
+// For harnesses and the admin endpoint, Predict is the read-only form of
+// Pick, Decision.Explain its JSON form and Model a worker's calibrated
+// step model.
 package scoring
