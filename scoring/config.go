@@ -58,6 +58,10 @@ type Config struct {
 	// per worker name, with DefaultBudget (default 8192) for the others.
 	Budgets       map[string]int `yaml:"budgets"`
 	DefaultBudget int            `yaml:"default_budget"`
+	// KVBlocks gives a worker's KV cache size in blocks when the scrape
+	// does not (LoadReport.KVBlocks); unknown sizes disable the
+	// KV-admission wait. Default none.
+	KVBlocks map[string]int `yaml:"kv_blocks"`
 
 	// Forgetting is the calibration's forgetting factor per outcome, in
 	// (0.9, 1]: the weight of an outcome n outcomes old is Forgetting^n.
@@ -191,6 +195,11 @@ func (c *Config) Validate() error {
 	for w, b := range c.Budgets {
 		if b <= 0 {
 			bad("budgets[%s]: %d is not positive", w, b)
+		}
+	}
+	for w, b := range c.KVBlocks {
+		if b <= 0 {
+			bad("kv_blocks[%s]: %d is not positive", w, b)
 		}
 	}
 	if !(c.Forgetting > 0.9 && c.Forgetting <= 1) {

@@ -56,6 +56,9 @@ type LoadReport struct {
 	// the scrape did not report it. Missing usage is not zero usage.
 	KVUsage    float64
 	HasKVUsage bool
+	// KVBlocks is the engine's KV cache size in blocks (num_gpu_blocks of
+	// vllm:cache_config_info, summed over ranks); 0 when unknown.
+	KVBlocks int
 	// Scraped is when the scrape completed.
 	Scraped time.Time
 }

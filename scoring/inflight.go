@@ -1,6 +1,7 @@
 package scoring
 
 import (
+	"slices"
 	"time"
 )
 
@@ -20,6 +21,12 @@ type assignment struct {
 	start     time.Time
 	first     time.Time
 	firstSeen bool
+	firstAt   time.Time
+	// ownBlocks is the KV blocks the request adds beyond its cached
+	// prefix: its uncached prompt and expected output.
+	ownBlocks int
+	// kvWait is the predicted wait for KV blocks included in start.
+	kvWait time.Duration
 	// stream is set for streamed requests, whose first token the caller
 	// can see and report.
 	stream bool
@@ -91,6 +98,60 @@ type workerState struct {
 	// lastFirst is when the worker last reported a first token: the
 	// prefill work still pending started no earlier.
 	lastFirst time.Time
+	// avgDecode is the mean time from first token to end and avgOut the
+	// mean completion tokens, over outcomes; 0 until one is seen.
+	avgDecode float64
+	avgOut    float64
+}
+
+// kvWait predicts how long a request needing need more KV blocks waits for
+// admission on an engine of capacity blocks: blocks are held by the
+// in-flight requests (their own blocks plus the largest shared prefix,
+// or what the scrape shows if more) and come free as decoding requests
+// end, each expected avgDecode after its first token. It is 0 when the
+// capacity or the decode time is unknown, or the request fits.
+func (s *workerState) kvWait(now time.Time, capacity, need int, usage float64, blockSize int, told bool) time.Duration {
+	if capacity <= 0 || s.avgDecode <= 0 || len(s.inflight) == 0 {
+		return 0
+	}
+	held, shared := 0, 0
+	for _, a := range s.inflight {
+		held += a.ownBlocks
+		shared = max(shared, (a.prompt-int(a.uncached))/blockSize)
+	}
+	held += shared
+	if usage >= 0 {
+		held = max(held, int(usage*float64(capacity)))
+	}
+	free := capacity - held
+	if need <= free {
+		return 0
+	}
+	type ending struct {
+		at     time.Time
+		blocks int
+	}
+	var ends []ending
+	decode := time.Duration(s.avgDecode * float64(time.Second))
+	for _, a := range s.inflight {
+		first := a.first
+		if a.firstSeen {
+			first = a.firstAt
+		} else if told && a.stream && first.Before(now) {
+			first = now
+		}
+		ends = append(ends, ending{at: first.Add(decode), blocks: a.ownBlocks})
+	}
+	slices.SortFunc(ends, func(x, y ending) int { return x.at.Compare(y.at) })
+	var at time.Time
+	for _, e := range ends {
+		free += e.blocks
+		at = e.at
+		if free >= need {
+			break
+		}
+	}
+	return max(at.Sub(now), 0)
 }
 
 func (s *workerState) add(a *assignment) { s.inflight = append(s.inflight, a) }

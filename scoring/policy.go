@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"time"
 )
 
 // Policy names accepted by New and Config.Shadow.
@@ -25,9 +26,10 @@ type view struct {
 	cfg       *Config
 	cands     []Candidate
 	loads     []ledgerLoad
-	uncached  []float64  // the request's own uncached tokens per candidate
-	factor    []float64  // KV-pressure multiplier per candidate
-	work      []workload // the TTFT model's input per candidate
+	uncached  []float64       // the request's own uncached tokens per candidate
+	factor    []float64       // KV-pressure multiplier per candidate
+	work      []workload      // the TTFT model's input per candidate
+	kvWait    []time.Duration // predicted wait for KV blocks per candidate
 	prompt    int
 	blockSize int
 	// seq numbers committed decisions; it rotates tie-breaks.

@@ -151,8 +151,9 @@ func (r *Router) FirstToken(d *Decision) {
 	r.mu.Lock()
 	r.told = true
 	if a, ok := r.live[d]; ok {
-		a.firstSeen = true
-		a.state.lastFirst = r.now()
+		now := r.now()
+		a.firstSeen, a.firstAt = true, now
+		a.state.lastFirst = now
 	}
 	r.mu.Unlock()
 }
@@ -346,7 +347,7 @@ func (r *Router) applyText(d *Decision, states []*workerState, chain []uint64, n
 // their summed step budget.
 func (r *Router) view(d *Decision, ws Workers, states []*workerState, reports []LoadReport, fresh []bool, bs int, now time.Time) *view {
 	n := len(states)
-	v := &view{cfg: &r.cfg, cands: d.Candidates, loads: make([]ledgerLoad, n), uncached: make([]float64, n), work: make([]workload, n),
+	v := &view{cfg: &r.cfg, cands: d.Candidates, loads: make([]ledgerLoad, n), uncached: make([]float64, n), work: make([]workload, n), kvWait: make([]time.Duration, n),
 		factor: make([]float64, n), prompt: d.PromptTokens, blockSize: bs, seq: r.seq}
 	known, sum := 0, 0.0
 	models := make([]StepModel, n)
@@ -359,7 +360,7 @@ func (r *Router) view(d *Decision, ws Workers, states []*workerState, reports []
 			sum += u
 		}
 	}
-	for i := range states {
+	for i, st := range states {
 		l := &v.loads[i]
 		c := &d.Candidates[i]
 		m := models[i]
@@ -385,7 +386,13 @@ func (r *Router) view(d *Decision, ws Workers, states []*workerState, reports []
 		v.factor[i] = kvFactor(u, r.cfg.KVHigh, r.cfg.KVPenalty)
 		p := predict(m, w, v.factor[i])
 		v.uncached[i] = w.uncached()
-		c.QueueWait = seconds(p.queue)
+		capacity := reports[i].KVBlocks
+		if !fresh[i] || capacity <= 0 {
+			capacity = r.cfg.KVBlocks[c.Worker]
+		}
+		need := int(math.Ceil((w.uncached() + st.avgOut) / float64(bs)))
+		v.kvWait[i] = st.kvWait(now, capacity, need, l.kvUsage, bs, r.told)
+		c.QueueWait = seconds(p.queue) + v.kvWait[i]
 		c.Prefill = seconds(p.prefill)
 		c.Overhead = seconds(p.overhead)
 		c.PredictedTTFT = c.QueueWait + c.Prefill + c.Overhead
@@ -401,19 +408,21 @@ func (r *Router) view(d *Decision, ws Workers, states []*workerState, reports []
 func (r *Router) reserve(d *Decision, v *view, st *workerState, idx int, exact, stream bool, now time.Time) {
 	c := d.Candidates[idx]
 	a := &assignment{
-		worker:   c.Worker,
-		decided:  now,
-		prompt:   d.PromptTokens,
-		uncached: v.uncached[idx],
-		blocks:   (d.PromptTokens + v.blockSize - 1) / v.blockSize,
-		start:    now.Add(c.QueueWait),
-		first:    now.Add(c.PredictedTTFT),
-		work:     v.work[idx],
-		cached:   c.CachedTokens,
-		exact:    exact,
-		stream:   stream,
+		worker:    c.Worker,
+		decided:   now,
+		prompt:    d.PromptTokens,
+		uncached:  v.uncached[idx],
+		blocks:    (d.PromptTokens + v.blockSize - 1) / v.blockSize,
+		start:     now.Add(c.QueueWait),
+		first:     now.Add(c.PredictedTTFT),
+		work:      v.work[idx],
+		cached:    c.CachedTokens,
+		exact:     exact,
+		stream:    stream,
+		kvWait:    v.kvWait[idx],
+		ownBlocks: int(math.Ceil((v.uncached[idx] + st.avgOut) / float64(v.blockSize))),
 	}
-	a.pred = prediction{queue: c.QueueWait.Seconds(), prefill: c.Prefill.Seconds(), overhead: c.Overhead.Seconds(), factor: v.factor[idx]}
+	a.pred = prediction{queue: (c.QueueWait - a.kvWait).Seconds(), prefill: c.Prefill.Seconds(), overhead: c.Overhead.Seconds(), factor: v.factor[idx]}
 	a.state = st
 	st.add(a)
 	r.live[d] = a
@@ -490,7 +499,17 @@ type learned struct {
 // than what was predicted, so index errors do not bend the speed estimate.
 func (r *Router) learn(st *workerState, a *assignment, o Outcome) learned {
 	actual := o.TTFT.Seconds()
-	l := learned{relErr: (a.pred.total() - actual) / actual}
+	l := learned{relErr: (a.pred.total() + a.kvWait.Seconds() - actual) / actual}
+	const alpha = 0.05
+	if dec := (o.Duration - o.TTFT).Seconds(); o.Duration > o.TTFT {
+		if st.avgDecode == 0 {
+			st.avgDecode = dec
+		}
+		st.avgDecode += alpha * (dec - st.avgDecode)
+	}
+	if o.CompletionTokens > 0 {
+		st.avgOut += alpha * (float64(o.CompletionTokens) - st.avgOut)
+	}
 	w := a.work
 	if o.PromptTokens > 0 {
 		w.prompt = float64(o.PromptTokens)
@@ -512,11 +531,14 @@ func (r *Router) learn(st *workerState, a *assignment, o Outcome) learned {
 		w.cached = float64(o.CachedTokens)
 		w.offloaded = min(w.offloaded, w.cached)
 	}
-	resets := st.cal.resets
-	l.outlier = st.cal.observe(w.features(), actual/a.pred.factor, &r.cfg)
-	l.reset = st.cal.resets != resets
+	// An outcome that waited for KV blocks says little about step
+	// times: the wait is priced separately and not fitted.
+	if a.kvWait == 0 {
+		resets := st.cal.resets
+		l.outlier = st.cal.observe(w.features(), actual/a.pred.factor, &r.cfg)
+		l.reset = st.cal.resets != resets
+	}
 	l.model = st.cal.model()
-	const alpha = 0.05
 	st.avgUncached += alpha * (w.uncached() - st.avgUncached)
 	st.avgPrompt += alpha * (w.prompt - st.avgPrompt)
 	return l

@@ -698,3 +698,44 @@ func TestTokenizerReturnsNothing(t *testing.T) {
 		t.Errorf("tokenize failures %v", n)
 	}
 }
+
+// TestKVAdmissionWait: when the engine's KV cache cannot take the request,
+// it waits until enough decoding requests end; that wait is part of the
+// predicted queue and is not fitted by calibration.
+func TestKVAdmissionWait(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		capacity int
+		wantWait bool
+	}{
+		{name: "fits", capacity: 10000},
+		{name: "full until the first decoder ends", capacity: 1200, wantWait: true},
+		{name: "capacity unknown", capacity: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+			ws := pool(1)
+			// One outcome teaches a decode time of 2 s and 64 output tokens.
+			d, _ := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(0, 0, 160)}, ws)
+			g.r.Done(d, Outcome{End: EndCompleted, TTFT: 100 * time.Millisecond, Duration: 2100 * time.Millisecond,
+				PromptTokens: 160, CachedTokens: 0, CompletionTokens: 64})
+			// Four 4096-token requests decoding: 4 × ≥256 blocks held.
+			for i := range 4 {
+				d, _ := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(i+1, 0, 4096), Stream: true}, ws)
+				g.r.FirstToken(d)
+			}
+			g.load.reports["w0"] = LoadReport{Running: 4, KVBlocks: tt.capacity, Scraped: g.clock.Now()}
+			p, _ := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(9, 0, 4096)}, ws)
+			q := p.Chosen.QueueWait
+			if tt.wantWait && (q < time.Second || q > 3*time.Second) {
+				t.Errorf("queue wait %v, want about the 2 s until a decoder ends", q)
+			}
+			if !tt.wantWait && q > 100*time.Millisecond {
+				t.Errorf("queue wait %v, want no KV wait", q)
+			}
+		})
+	}
+}

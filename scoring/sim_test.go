@@ -68,7 +68,8 @@ type sim struct {
 	// warmTime is when measurement starts; requests decided before it
 	// only warm the router up.
 	warmTime float64
-	n        int // requests arrived so far
+	n        int  // requests arrived so far
+	scrape   bool // publish engine gauges to the router's load source
 }
 
 type simStats struct {
@@ -96,6 +97,12 @@ func (s *sim) setClock() {
 // arrive routes a request and queues it on the chosen engine.
 func (s *sim) arrive(t *testing.T, q *simReq) {
 	s.setClock()
+	if s.scrape {
+		for _, w := range s.ws {
+			s.g.load.reports[w.name] = LoadReport{Running: len(w.running), Waiting: len(w.waiting),
+				KVUsage: float64(w.held) / float64(w.capBlocks), HasKVUsage: true, KVBlocks: w.capBlocks, Scraped: s.g.clock.Now()}
+		}
+	}
 	d, err := s.g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: q.ids, Stream: true}, s.pool)
 	if err != nil {
 		t.Fatal(err)
@@ -256,6 +263,7 @@ func (s *sim) finishStep(w *simWorker) {
 func (s *sim) done(q *simReq) {
 	ttft := q.first - q.arrival
 	s.g.r.Done(q.d, Outcome{End: EndCompleted, HTTPStatus: 200, TTFT: time.Duration(ttft * float64(time.Second)),
+		Duration:     time.Duration((s.t - q.arrival) * float64(time.Second)),
 		PromptTokens: len(q.ids), CompletionTokens: q.out, CachedTokens: q.cached})
 	if q.d.Decided.Sub(s.base) < time.Duration(s.warmTime*float64(time.Second)) {
 		return
@@ -360,6 +368,7 @@ func runSim(t *testing.T, wl simWorkload, policy string, n, warm int) simResult 
 	}
 	g := newRig(t, policy, DefaultConfig(), nil)
 	s := newSim(t, g, engines, wl.cap)
+	s.scrape = true
 	rng := rand.New(rand.NewPCG(11, 12))
 	prompts := wl.reqs(rng, n)
 	reqs := make([]*simReq, n)
