@@ -739,3 +739,26 @@ func TestKVAdmissionWait(t *testing.T) {
 		})
 	}
 }
+
+// TestShadowOfBaseline: with a baseline deciding, warmpath in shadow shows
+// what the baseline gave away, as negative regret.
+func TestShadowOfBaseline(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.Shadow = []string{PolicyWarmpath}
+	g := newRig(t, PolicyPrefixMax, cfg, nil)
+	req, ws := scenario(t, g)
+	d, err := g.r.Pick(t.Context(), req, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Worker != "w0" || len(d.Shadow) != 1 || d.Shadow[0].Worker != "w2" || d.Shadow[0].Regret >= 0 {
+		t.Fatalf("decision %s, shadow %+v", d.Worker, d.Shadow)
+	}
+	if d.Candidates[0].Score != -8000 {
+		t.Errorf("prefix-max score %v, want -cached tokens", d.Candidates[0].Score)
+	}
+	if n := testutil.CollectAndCount(g.r.m.shadowRegret); n != 1 {
+		t.Errorf("regret series %d", n)
+	}
+}
