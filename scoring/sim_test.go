@@ -73,7 +73,7 @@ type sim struct {
 }
 
 type simStats struct {
-	ttft, relErr        []float64
+	ttft, relErr, bias  []float64
 	cachedExact, cached int
 }
 
@@ -271,6 +271,7 @@ func (s *sim) done(q *simReq) {
 	s.stats.ttft = append(s.stats.ttft, ttft)
 	pred := q.d.Chosen.PredictedTTFT.Seconds()
 	s.stats.relErr = append(s.stats.relErr, math.Abs(pred-ttft)/ttft)
+	s.stats.bias = append(s.stats.bias, (pred-ttft)/ttft)
 	s.stats.cached++
 	if q.d.Chosen.CachedTokens == q.cached {
 		s.stats.cachedExact++
@@ -351,7 +352,7 @@ func independent(lo, hi int) func(*rand.Rand, int) [][]uint32 {
 }
 
 type simResult struct {
-	median, p90, mape, p90ape, cachedExact float64
+	median, p90, mape, p90ape, bias, cachedExact float64
 }
 
 func percentile(xs []float64, p float64) float64 {
@@ -387,6 +388,7 @@ func runSim(t *testing.T, wl simWorkload, policy string, n, warm int) simResult 
 		p90:         percentile(st.ttft, 0.9),
 		mape:        percentile(st.relErr, 0.5),
 		p90ape:      percentile(st.relErr, 0.9),
+		bias:        percentile(st.bias, 0.5),
 		cachedExact: float64(st.cachedExact) / float64(st.cached),
 	}
 }
@@ -412,13 +414,13 @@ func TestSimulatedRouting(t *testing.T) {
 	const n, warm = 900, 200
 	results := map[string]map[string]simResult{}
 	var table strings.Builder
-	fmt.Fprintf(&table, "%-12s %-14s %9s %9s %8s %8s %8s\n", "workload", "policy", "p50 TTFT", "p90 TTFT", "p50 APE", "p90 APE", "cached=")
+	fmt.Fprintf(&table, "%-12s %-14s %9s %9s %8s %8s %9s %8s\n", "workload", "policy", "p50 TTFT", "p90 TTFT", "p50 APE", "p90 APE", "p50 bias", "cached=")
 	for _, wl := range workloads {
 		results[wl.name] = map[string]simResult{}
 		for _, p := range policies {
 			r := runSim(t, wl, p, n, warm)
 			results[wl.name][p] = r
-			fmt.Fprintf(&table, "%-12s %-14s %8.3fs %8.3fs %7.1f%% %7.1f%% %7.1f%%\n", wl.name, p, r.median, r.p90, 100*r.mape, 100*r.p90ape, 100*r.cachedExact)
+			fmt.Fprintf(&table, "%-12s %-14s %8.3fs %8.3fs %7.1f%% %7.1f%% %+8.1f%% %7.1f%%\n", wl.name, p, r.median, r.p90, 100*r.mape, 100*r.p90ape, 100*r.bias, 100*r.cachedExact)
 		}
 	}
 	t.Logf("after %d warm-up requests, %d measured:\n%s", warm, n-warm, table.String())
