@@ -24,6 +24,9 @@ type metrics struct {
 	prefillPerTok  *prometheus.GaugeVec     // worker: learned s/token
 	stepOverhead   *prometheus.GaugeVec     // worker: learned s/step
 	tokenizeErrors prometheus.Counter       // token source failures
+
+	// The load-report counters, resolved once: they are hit per candidate.
+	loadFresh, loadStale, loadMissing prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -68,6 +71,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		tokenizeErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "tokenize_failures_total", Help: "Requests for which no exact token ids could be had."}),
 	}
+	m.loadFresh = m.loadReports.WithLabelValues("fresh")
+	m.loadStale = m.loadReports.WithLabelValues("stale")
+	m.loadMissing = m.loadReports.WithLabelValues("missing")
 	for _, c := range []prometheus.Collector{m.decisions, m.inflight, m.outcomes, m.unknownDone, m.relError,
 		m.cachedCheck, m.cachedGap, m.outliers, m.resets, m.loadReports, m.staleIndex, m.shadowRegret, m.shadowAgree,
 		m.prefillPerTok, m.stepOverhead, m.tokenizeErrors} {

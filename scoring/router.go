@@ -240,11 +240,11 @@ func (r *Router) decide(ctx context.Context, req *Request, ws Workers, commit bo
 			fresh[i] = ok && age <= r.cfg.LoadMaxAge
 			switch {
 			case !ok:
-				r.m.loadReports.WithLabelValues("missing").Inc()
+				r.m.loadMissing.Inc()
 			case !fresh[i]:
-				r.m.loadReports.WithLabelValues("stale").Inc()
+				r.m.loadStale.Inc()
 			default:
-				r.m.loadReports.WithLabelValues("fresh").Inc()
+				r.m.loadFresh.Inc()
 			}
 		}
 	}
