@@ -59,12 +59,13 @@ type exchange struct {
 	body           []byte
 
 	// Routing state.
-	req    scoring.Request
-	dec    *scoring.Decision
-	asg    *Assignment
-	watch  *watcher
-	status int
-	code   string // final status code for the requests metric
+	req       scoring.Request
+	dec       *scoring.Decision
+	asg       *Assignment
+	watch     *watcher
+	status    int
+	code      string // final status code for the requests metric
+	toldFirst bool   // the picker was told of the first token
 }
 
 func (ex *exchange) send(r *extprocv3.ProcessingResponse) error {
@@ -351,6 +352,12 @@ func (ex *exchange) responseBody(b *extprocv3.HttpBody) error {
 	}
 	now := ex.s.now()
 	ex.watch.write(b.GetBody(), now)
+	if !ex.toldFirst && ex.dec != nil && !ex.watch.firstToken.IsZero() {
+		ex.toldFirst = true
+		if ft, ok := ex.s.picker.(FirstTokenObserver); ok {
+			ft.FirstToken(ex.dec)
+		}
+	}
 	ex.s.m.responseChunks.Inc()
 	ex.s.m.chunkBytes.Add(float64(len(b.GetBody())))
 	reply := emptyResponseBody

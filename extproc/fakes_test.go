@@ -60,7 +60,14 @@ type fakePicker struct {
 	mu       sync.Mutex
 	picked   []*scoring.Request
 	outcomes []scoring.Outcome
+	first    int // FirstToken calls
 	done     chan scoring.Outcome
+}
+
+func (p *fakePicker) FirstToken(*scoring.Decision) {
+	p.mu.Lock()
+	p.first++
+	p.mu.Unlock()
 }
 
 func newFakePicker() *fakePicker { return &fakePicker{done: make(chan scoring.Outcome, 10000)} }

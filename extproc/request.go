@@ -153,3 +153,16 @@ func promptTokenIDs(raw json.RawMessage) ([]uint32, error) {
 		return ids, nil
 	}
 }
+
+// ParseRequest builds the routing view of a request exactly as the ext_proc
+// server does, for read-only tools such as the admin API's POST
+// /debug/lookup. defaultModel is used when the body names none. Errors are
+// client errors whose text is safe to return.
+func ParseRequest(method, path string, body []byte, defaultModel string) (scoring.Request, error) {
+	r := scoring.Request{API: apiOf(method, path), Path: path, Body: body}
+	if r.API == scoring.APIOther {
+		return r, badf("path %q is not a generation endpoint", path)
+	}
+	err := parseBody(&r, body, defaultModel)
+	return r, err
+}

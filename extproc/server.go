@@ -29,6 +29,13 @@ type Picker interface {
 	Done(d *scoring.Decision, o scoring.Outcome)
 }
 
+// FirstTokenObserver is implemented by pickers that want to know when a
+// streamed response's first content token arrived (the request left the
+// prefill queue), before the assignment ends.
+type FirstTokenObserver interface {
+	FirstToken(d *scoring.Decision)
+}
+
 // Pool answers which workers may serve a model.
 type Pool interface {
 	// Candidates returns the healthy workers serving model, or every healthy

@@ -101,6 +101,11 @@ func TestFullDuplexRequestAndStreamedResponse(t *testing.T) {
 	if n := h.srv.InFlight(); n != 0 {
 		t.Fatalf("%d assignments left in flight", n)
 	}
+	h.picker.mu.Lock()
+	defer h.picker.mu.Unlock()
+	if h.picker.first != 1 {
+		t.Fatalf("FirstToken called %d times, want 1", h.picker.first)
+	}
 }
 
 func TestBufferedRequestStreamedResponse(t *testing.T) {

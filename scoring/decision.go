@@ -78,6 +78,14 @@ type Candidate struct {
 	PredictedTTFT time.Duration
 	// InFlight is the number of requests warmpath has in flight on the worker.
 	InFlight int
+	// WorkAhead is the prefill work queued before the request on the
+	// worker, in tokens, and Decoding the sequences decoding there, both as
+	// the TTFT model saw them (warmpath's assignments reconciled with the
+	// last scrape).
+	WorkAhead int
+	Decoding  int
+	// KVUsage is the scraped KV cache usage (0..1), -1 when unknown.
+	KVUsage float64
 	// Score is the policy's own figure of merit (lower is better); for the
 	// warmpath policy it equals PredictedTTFT in seconds.
 	Score float64
@@ -107,6 +115,19 @@ type Decision struct {
 	Reason string
 	// Decided is when the decision was made.
 	Decided time.Time
+	// Shadow lists what each shadow policy would have picked for the same
+	// request, with warmpath's predicted TTFT for that pick. Shadow
+	// evaluation never changes the decision.
+	Shadow []ShadowPick
+}
+
+// ShadowPick is a shadow policy's choice for a request.
+type ShadowPick struct {
+	Policy        string
+	Worker        string
+	PredictedTTFT time.Duration
+	// Regret is PredictedTTFT minus the decision's predicted TTFT.
+	Regret time.Duration
 }
 
 // End says how an assignment ended.

@@ -1,6 +1,42 @@
 // Package scoring decides which worker serves a request. Its unit is
 // seconds of predicted time to first token, never a unitless weight: every
-// decision can be explained as numbers. It holds warmpath's TTFT model, its
-// online calibration, the load reservation, the degraded fallbacks and the
-// baseline policies used for comparison.
+// decision can be explained as numbers.
+//
+// A Router (see New) is the picker the ext_proc layer calls. For each
+// request it gathers what is known, from most to least informed: exact
+// token ids (from the client, a local tokenizer or a worker's /tokenize,
+// through TokenSource) and each worker's cached prefix from the KV index
+// (PrefixIndex); or, without tokens, warmpath's own history of which text
+// blocks it routed where (approximate mode); or nothing but load (load-only
+// mode). The mode and the reason for each step down are put on the
+// Decision and counted.
+//
+// The TTFT model predicts, per candidate, the wait before the request's
+// prefill starts (the prefill work of warmpath's own in-flight assignments
+// on that worker, reconciled with the scraped vllm:num_requests_running and
+// _waiting through EngineLoad, under a chunked-prefill step budget with
+// running decodes served first), the time to prefill its uncached tokens
+// and a fixed overhead, priced with a per-worker StepModel. Each completed
+// request's actual TTFT and cached_tokens calibrate that worker's model
+// online (robust recursive least squares with forgetting, from a configured
+// prior), so heterogeneous pools are learned without being described. The
+// cached-token prediction is checked against the engine's answer and a
+// persistent gap is reported.
+//
+// Load is reserved at decision time (so a concurrent burst sees it) and
+// released by Done. Callers that see the response stream should call
+// FirstToken at the first content chunk: from then on the prefill work
+// ahead on a worker is what is really still prefilling.
+//
+// The deciding policy is warmpath's own (lowest predicted TTFT, with an
+// explained load-spreading tie-break, wider for prefixes cached nowhere so
+// that new prefixes spread over all caches) or a baseline chosen by name:
+// random, round-robin, least-request, prefix-max, affinity (llm-d style
+// affinity until saturated) and dynamo-cost. All go through the same data
+// path and reservation, and any of them can run in shadow on every request
+// to measure predicted regret without changing the decision.
+//
+// For harnesses and the admin endpoint, Predict is the read-only form of
+// Pick, Decision.Explain its JSON form and Model a worker's calibrated
+// step model.
 package scoring

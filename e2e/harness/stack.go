@@ -120,12 +120,12 @@ type Stack struct {
 	Dir string
 
 	extproc string
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	errs   []error
-	envoy  *envoyProc
-	closed bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	errs    []error
+	envoy   *envoyProc
+	closed  bool
 }
 
 // Start brings up a stack for policy: the simulators (in this process,

@@ -169,7 +169,7 @@ func (f *fakePicker) Pick(_ context.Context, req *scoring.Request, ws scoring.Wo
 }
 
 func (f *fakePicker) Done(*scoring.Decision, scoring.Outcome) { f.dones++ }
-func (f *fakePicker) FirstToken(*scoring.Decision)          { f.firsts++ }
+func (f *fakePicker) FirstToken(*scoring.Decision)            { f.firsts++ }
 
 func TestRecorder(t *testing.T) {
 	t.Parallel()

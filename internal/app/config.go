@@ -5,14 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/warmpath/warmpath/discovery"
+	"github.com/warmpath/warmpath/scoring"
 )
 
 // Config is warmpath's whole configuration, read from one YAML file.
@@ -30,6 +33,10 @@ type Config struct {
 	Workers []WorkerConfig `yaml:"workers"`
 	// ExtProc tunes the Envoy-facing protocol handling.
 	ExtProc ExtProcConfig `yaml:"extproc"`
+	// Scoring tunes the TTFT model, calibration and baselines (see
+	// scoring.Config for every key and its default). Block sizes come from
+	// models[].block_size.
+	Scoring scoring.Config `yaml:"scoring"`
 	// Log sets the log level and format.
 	Log LogConfig `yaml:"log"`
 }
@@ -143,7 +150,8 @@ func DefaultConfig() Config {
 			DrainTimeout:      Duration(30 * time.Second),
 			RetryAfter:        1,
 		},
-		Log: LogConfig{Level: "info", Format: "text"},
+		Scoring: scoring.DefaultConfig(),
+		Log:     LogConfig{Level: "info", Format: "text"},
 	}
 }
 
@@ -184,9 +192,6 @@ func ParseConfig(b []byte) (Config, error) {
 	return cfg, nil
 }
 
-// Policies lists the policy names Config.Policy accepts.
-var policies = []string{"warmpath", "random", "round-robin", "least-request", "prefix-max", "affinity", "dynamo-cost"}
-
 // Validate reports every problem in c, joined.
 func (c *Config) Validate() error {
 	var errs []error
@@ -197,8 +202,12 @@ func (c *Config) Validate() error {
 	if err := checkListen(c.Listen.Admin); err != nil {
 		bad("listen.admin: %w", err)
 	}
-	if !contains(policies, c.Policy) {
-		bad("policy: %q is not one of %s", c.Policy, strings.Join(policies, ", "))
+	if !slices.Contains(scoring.PolicyNames(), c.Policy) {
+		bad("policy: %q is not one of %s", c.Policy, strings.Join(scoring.PolicyNames(), ", "))
+	}
+	sc := c.scoringConfig()
+	if err := sc.Validate(); err != nil {
+		bad("scoring: %w", err)
 	}
 	models := map[string]bool{}
 	for i, m := range c.Models {
@@ -289,6 +298,19 @@ func (c *Config) DiscoveryWorkers() []discovery.Worker {
 		}
 	}
 	return ws
+}
+
+// scoringConfig is the scoring section with the models' block sizes.
+func (c *Config) scoringConfig() scoring.Config {
+	sc := c.Scoring
+	sc.BlockSizes = maps.Clone(sc.BlockSizes)
+	if sc.BlockSizes == nil {
+		sc.BlockSizes = map[string]int{}
+	}
+	for _, m := range c.Models {
+		sc.BlockSizes[m.Name] = m.BlockSize
+	}
+	return sc
 }
 
 func checkListen(addr string) error {

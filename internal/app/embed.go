@@ -11,7 +11,8 @@ import (
 // ServeWithPicker runs warmpath's servers in this process exactly as
 // `warmpath serve` runs them (ext_proc gRPC, admin HTTP, the ready line on
 // stdout, the log on stderr) until ctx ends, but routes with picker instead
-// of building cfg.Policy. Benchmark harnesses use it to run a picker that
+// of cfg.Policy's picker (which is still built, and still answers POST
+// /debug/lookup). Benchmark harnesses use it to run a picker that
 // lives outside the product (an oracle reading a simulator's true state)
 // through the same data path as the product's policies.
 //
@@ -53,18 +54,15 @@ type embedOptions struct {
 	wrap     func(extproc.Picker) extproc.Picker
 }
 
-// picker returns the override when set, else what build returns, passed
-// through wrap when set.
-func (eo embedOptions) picker(build func() (extproc.Picker, error)) (extproc.Picker, error) {
-	p := eo.override
-	if p == nil {
-		var err error
-		if p, err = build(); err != nil {
-			return nil, err
-		}
+// picker returns the picker serve hands to the ext_proc server: the
+// override when set, else built, passed through wrap when set.
+func (eo embedOptions) picker(built extproc.Picker) extproc.Picker {
+	p := built
+	if eo.override != nil {
+		p = eo.override
 	}
 	if eo.wrap != nil {
 		p = eo.wrap(p)
 	}
-	return p, nil
+	return p
 }

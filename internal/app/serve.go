@@ -39,11 +39,11 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	pool := newStaticPool(cfg.DiscoveryWorkers())
-	picker, err := eo.picker(func() (extproc.Picker, error) { return newPicker(cfg.Policy) })
+	router, err := scoring.New(cfg.Policy, cfg.scoringConfig(), scoring.Deps{Registerer: reg, Logger: log})
 	if err != nil {
-		return err
+		return fmt.Errorf("scoring: %w", err)
 	}
-	proc := extproc.New(extprocConfig(cfg), pool, picker, reg, log)
+	proc := extproc.New(extprocConfig(cfg), pool, eo.picker(router), reg, log)
 
 	gs := grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.ExtProc.MaxRecvMsgBytes),
@@ -73,7 +73,7 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	var stopping atomic.Bool
 	ready := func() bool { return !stopping.Load() && pool.anyWorker() }
 	admin := &http.Server{
-		Handler:           newAdminHandler(reg, ready, pool, proc),
+		Handler:           newAdminHandler(reg, ready, pool, proc, router),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 
@@ -181,15 +181,6 @@ func extprocConfig(cfg Config) extproc.Config {
 		RetryAfter:          cfg.ExtProc.RetryAfter,
 		AssignmentTTL:       time.Duration(cfg.ExtProc.AssignmentTTL),
 	}
-}
-
-// newPicker builds the configured policy.
-func newPicker(policy string) (extproc.Picker, error) {
-	switch policy {
-	case "round-robin":
-		return &scoring.RoundRobin{}, nil
-	}
-	return nil, fmt.Errorf("policy %q is not available in this build", policy)
 }
 
 func newLogger(c LogConfig, w io.Writer) *slog.Logger {

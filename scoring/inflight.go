@@ -1,0 +1,236 @@
+package scoring
+
+import (
+	"slices"
+	"time"
+)
+
+// assignment is one routed request from its decision to its Done: the load
+// it reserves on its worker and what was predicted for it.
+type assignment struct {
+	worker  string
+	state   *workerState
+	decided time.Time
+	// prompt and uncached are in tokens; blocks is the KV blocks the
+	// request occupies (prompt only).
+	prompt   int
+	uncached float64
+	blocks   int
+	// start and first are the predicted start of its prefill and its
+	// first token; firstSeen is set when the caller reported it.
+	start     time.Time
+	first     time.Time
+	firstSeen bool
+	firstAt   time.Time
+	// ownBlocks is the KV blocks the request adds beyond its cached
+	// prefix: its uncached prompt and expected output.
+	ownBlocks int
+	// kvWait is the predicted wait for KV blocks included in start.
+	kvWait time.Duration
+	// stream is set for streamed requests, whose first token the caller
+	// can see and report.
+	stream bool
+	// work is the model input at decision time; pred what came out.
+	work workload
+	pred prediction
+	// cached is the predicted prefix hit; exact whether it came from
+	// exact tokens and the index (only then it is checked against the
+	// engine's answer).
+	cached int
+	exact  bool
+}
+
+// pastFirst reports whether a is (believed to be) decoding at t. When the
+// caller reports first tokens (told), only a reported first token counts;
+// otherwise the predicted first token time does.
+func (a *assignment) pastFirst(t time.Time, told bool) bool {
+	return a.firstSeen || (!(told && a.stream) && !t.Before(a.first))
+}
+
+// remaining is a's prefill work not yet done at t, in tokens: all of it
+// before its predicted start, none after its first token, linear between.
+// An assignment past its predicted first token that has not reported one
+// is taken to be in its last step, half done.
+func (a *assignment) remaining(t time.Time, told bool) float64 {
+	switch {
+	case a.pastFirst(t, told):
+		return 0
+	case !t.After(a.start):
+		return a.uncached
+	case !t.Before(a.first):
+		return min(a.uncached, a.work.budget) / 2
+	}
+	span := a.first.Sub(a.start)
+	return a.uncached * float64(a.first.Sub(t)) / float64(span)
+}
+
+// ledgerLoad is a worker's load as warmpath's own assignments show it,
+// reconciled with the last scrape.
+type ledgerLoad struct {
+	inflight int
+	// ahead is prefill tokens not yet computed; pendingUncached the full
+	// uncached tokens of requests not past their first token.
+	ahead           float64
+	aheadReqs       float64
+	aheadCtx        float64
+	pendingUncached float64
+	decoding        float64
+	decodeCtx       float64
+	// blocks is the KV blocks held by in-flight requests (dynamo-cost).
+	blocks int
+	// extra is the number of requests the scrape shows beyond the ledger.
+	extra int
+	// kvUsage is the scraped usage, -1 when unknown.
+	kvUsage float64
+}
+
+// workerState is everything the router keeps per worker. It is guarded by
+// the router's mutex.
+type workerState struct {
+	inflight []*assignment
+	cal      *calibrator
+	// avgUncached and avgPrompt are running means over outcomes, used to
+	// price requests that only a scrape shows.
+	avgUncached float64
+	avgPrompt   float64
+	gap         gapTracker
+	text        *textHistory
+	// lastFirst is when the worker last reported a first token: the
+	// prefill work still pending started no earlier.
+	lastFirst time.Time
+	// avgDecode is the mean time from first token to end and avgOut the
+	// mean completion tokens, over outcomes; 0 until one is seen.
+	avgDecode float64
+	avgOut    float64
+}
+
+// kvWait predicts how long a request needing need more KV blocks waits for
+// admission on an engine of capacity blocks: blocks are held by the
+// in-flight requests (their own blocks plus the largest shared prefix,
+// or what the scrape shows if more) and come free as decoding requests
+// end, each expected avgDecode after its first token. It is 0 when the
+// capacity or the decode time is unknown, or the request fits.
+func (s *workerState) kvWait(now time.Time, capacity, need int, usage float64, blockSize int, told bool) time.Duration {
+	if capacity <= 0 || s.avgDecode <= 0 || len(s.inflight) == 0 {
+		return 0
+	}
+	held, shared := 0, 0
+	for _, a := range s.inflight {
+		held += a.ownBlocks
+		shared = max(shared, (a.prompt-int(a.uncached))/blockSize)
+	}
+	held += shared
+	if usage >= 0 {
+		held = max(held, int(usage*float64(capacity)))
+	}
+	free := capacity - held
+	if need <= free {
+		return 0
+	}
+	type ending struct {
+		at     time.Time
+		blocks int
+	}
+	var ends []ending
+	decode := time.Duration(s.avgDecode * float64(time.Second))
+	for _, a := range s.inflight {
+		first := a.first
+		if a.firstSeen {
+			first = a.firstAt
+		} else if told && a.stream && first.Before(now) {
+			first = now
+		}
+		ends = append(ends, ending{at: first.Add(decode), blocks: a.ownBlocks})
+	}
+	slices.SortFunc(ends, func(x, y ending) int { return x.at.Compare(y.at) })
+	var at time.Time
+	for _, e := range ends {
+		free += e.blocks
+		at = e.at
+		if free >= need {
+			break
+		}
+	}
+	return max(at.Sub(now), 0)
+}
+
+func (s *workerState) add(a *assignment) { s.inflight = append(s.inflight, a) }
+
+// remove deletes a, keeping the others in decision (FIFO) order.
+func (s *workerState) remove(a *assignment) {
+	for i, b := range s.inflight {
+		if b == a {
+			copy(s.inflight[i:], s.inflight[i+1:])
+			s.inflight[len(s.inflight)-1] = nil
+			s.inflight = s.inflight[:len(s.inflight)-1]
+			return
+		}
+	}
+}
+
+// load sums the ledger at now and reconciles it with scrape r when it is
+// fresh: requests the engine reports beyond those warmpath routed (other
+// routers, direct clients) are added, the waiting ones as prefill work of
+// the worker's average uncached size, the running ones as decodes.
+//
+// When first tokens are reported (told), the prefill work pending is one
+// FIFO stream that started at the later of the last first token and the
+// oldest pending decision, progressing at the worker's calibrated
+// prefillPerToken; until the next first token confirms progress at least a
+// quarter of a step's worth of it is taken to remain.
+func (s *workerState) load(now time.Time, r LoadReport, fresh bool, blockSize int, told bool, prefillPerToken, budget float64) ledgerLoad {
+	l := ledgerLoad{inflight: len(s.inflight), kvUsage: -1}
+	var runningAt, waitingAt int
+	var streamStart time.Time
+	for _, a := range s.inflight {
+		if a.pastFirst(now, told) {
+			l.decoding++
+			l.decodeCtx += float64(a.prompt)
+		} else {
+			if told && a.stream {
+				if streamStart.IsZero() {
+					streamStart = a.decided
+				}
+				l.ahead += a.uncached
+			} else {
+				l.ahead += a.remaining(now, told)
+			}
+			l.aheadReqs++
+			l.aheadCtx += float64(a.prompt)
+			l.pendingUncached += a.uncached
+		}
+		l.blocks += a.blocks
+		if fresh && !a.decided.After(r.Scraped) {
+			if a.start.After(r.Scraped) && !a.firstSeen {
+				waitingAt++
+			} else {
+				runningAt++
+			}
+		}
+	}
+	if told && l.ahead > 0 {
+		if s.lastFirst.After(streamStart) {
+			streamStart = s.lastFirst
+		}
+		done := now.Sub(streamStart).Seconds() / prefillPerToken
+		l.ahead = max(l.ahead-done, min(l.ahead, budget)/4)
+	}
+	if !fresh {
+		return l
+	}
+	if r.HasKVUsage {
+		l.kvUsage = r.KVUsage
+	}
+	extra := max(0, r.Running+r.Waiting-runningAt-waitingAt)
+	extraWaiting := min(extra, max(0, r.Waiting-waitingAt))
+	extraRunning := extra - extraWaiting
+	l.extra = extra
+	l.ahead += float64(extraWaiting) * s.avgUncached
+	l.aheadReqs += float64(extraWaiting)
+	l.aheadCtx += float64(extraWaiting) * s.avgPrompt
+	l.pendingUncached += float64(extraWaiting) * s.avgUncached
+	l.decoding += float64(extraRunning)
+	l.decodeCtx += float64(extraRunning) * s.avgPrompt
+	l.blocks += extra * int(s.avgPrompt) / blockSize
+	return l
+}

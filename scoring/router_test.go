@@ -1,0 +1,764 @@
+package scoring
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestModes(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"model":"m","messages":[{"role":"system","content":"` + strings.Repeat("You are a careful assistant. ", 200) + `"}]}`)
+	ids := prompt(3, 1024, 1024)
+	tests := []struct {
+		name       string
+		tok        TokenSource
+		noIndex    bool
+		req        Request
+		warm       bool // route the same body once before, with tokens failing
+		wantMode   Mode
+		wantPath   string
+		wantReason string
+		wantWarm   bool // the warmed worker is chosen with cached tokens
+	}{
+		{name: "client token ids are exact", req: Request{Model: "m", TokenIDs: ids}, wantMode: ModeExact, wantPath: "request"},
+		{name: "local tokenizer is exact", tok: &fakeTokens{ids: ids, path: "local"}, req: Request{Model: "m", Body: body}, wantMode: ModeExact, wantPath: "local"},
+		{name: "remote tokenizer", tok: &fakeTokens{ids: ids, path: "remote"}, req: Request{Model: "m", Body: body}, wantMode: ModeRemote, wantPath: "remote"},
+		{name: "tokens but no index is load only", noIndex: true, tok: &fakeTokens{ids: ids, path: "local"}, req: Request{Model: "m", Body: body}, wantMode: ModeLoadOnly, wantPath: "local", wantReason: "no prefix index"},
+		{name: "tokenizer fails, no history: load only", tok: &fakeTokens{err: errTokenize}, req: Request{Model: "m", Body: body}, wantMode: ModeLoadOnly, wantPath: "none", wantReason: errTokenize.Error()},
+		{name: "tokenizer fails, history: approximate", tok: &fakeTokens{err: errTokenize}, req: Request{Model: "m", Body: body}, warm: true, wantMode: ModeApproximate, wantPath: "none", wantReason: errTokenize.Error(), wantWarm: true},
+		{name: "no tokenizer, history: approximate", req: Request{Model: "m", Body: body}, warm: true, wantMode: ModeApproximate, wantPath: "none", wantReason: "no tokenizer configured", wantWarm: true},
+		{name: "no tokenizer, body shorter than a block: load only", req: Request{Model: "m", Body: []byte(`{"model":"m"}`)}, warm: true, wantMode: ModeLoadOnly, wantPath: "none", wantReason: "no tokenizer configured"},
+		{name: "history is per cache salt", req: Request{Model: "m", Body: body, CacheSalt: "other"}, warm: true, wantMode: ModeLoadOnly, wantPath: "none", wantReason: "no tokenizer configured"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			g := newRig(t, PolicyWarmpath, DefaultConfig(), tt.tok)
+			if tt.noIndex {
+				g.r.index = nil
+			}
+			ws := pool(4)
+			warmed := ""
+			if tt.warm {
+				// Route the body once with the warmed worker the only
+				// candidate, then keep it busy so load alone would avoid it.
+				prev := Request{Model: "m", Body: body}
+				d, err := g.r.Pick(t.Context(), &prev, ws[2:3])
+				if err != nil {
+					t.Fatal(err)
+				}
+				warmed = d.Worker
+				g.r.Done(d, Outcome{End: EndAborted})
+				g.load.reports[warmed] = LoadReport{Running: 1, Scraped: g.clock.Now()}
+			}
+			d, err := g.r.Pick(t.Context(), &tt.req, ws)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Mode != tt.wantMode || d.TokenizePath != tt.wantPath || d.TokenizeReason != tt.wantReason {
+				t.Errorf("mode, path, reason = %s, %s, %q; want %s, %s, %q", d.Mode, d.TokenizePath, d.TokenizeReason, tt.wantMode, tt.wantPath, tt.wantReason)
+			}
+			if tt.wantWarm && (d.Worker != warmed || d.Chosen.CachedTokens == 0) {
+				t.Errorf("picked %s with %d cached, want warmed %s with cached tokens", d.Worker, d.Chosen.CachedTokens, warmed)
+			}
+			if d.PromptTokens == 0 {
+				t.Error("no prompt size, exact or estimated")
+			}
+			want := 1.0
+			if tt.warm && tt.wantMode == ModeLoadOnly {
+				want = 2 // the warming decision had no history either
+			}
+			if n := testutil.ToFloat64(g.r.m.decisions.WithLabelValues(PolicyWarmpath, string(tt.wantMode))); n != want {
+				t.Errorf("decisions_total{mode=%s} = %v, want %v", tt.wantMode, n, want)
+			}
+		})
+	}
+}
+
+// TestReservationBurst fires a concurrent burst of independent requests at
+// idle workers: reservations made at decision time must spread it evenly,
+// and Done must release every one.
+func TestReservationBurst(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	ws := pool(4)
+	const burst = 64
+	decisions := make([]*Decision, burst)
+	var wg sync.WaitGroup
+	for i := range burst {
+		wg.Go(func() {
+			d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(100+i, 0, 2048)}, ws)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			decisions[i] = d
+		})
+	}
+	wg.Wait()
+	counts := map[string]int{}
+	for _, d := range decisions {
+		counts[d.Worker]++
+	}
+	for _, w := range ws {
+		if counts[w.Name] != burst/len(ws) {
+			t.Errorf("burst split %v, want %d each", counts, burst/len(ws))
+			break
+		}
+	}
+	if n := testutil.ToFloat64(g.r.m.inflight); n != burst {
+		t.Errorf("inflight gauge = %v, want %d", n, burst)
+	}
+	for _, d := range decisions {
+		wg.Go(func() { g.r.Done(d, Outcome{End: EndAborted}) })
+	}
+	wg.Wait()
+	p, err := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 2048)}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range p.Candidates {
+		if c.InFlight != 0 || c.WorkAhead != 0 || c.QueueWait != 0 {
+			t.Errorf("%s still loaded after Done: %+v", c.Worker, c)
+		}
+	}
+	if n := testutil.ToFloat64(g.r.m.inflight); n != 0 {
+		t.Errorf("inflight gauge = %v after Done", n)
+	}
+}
+
+// TestSharedPrefixBurst sends a concurrent burst of one long shared prefix:
+// speculation makes the first assignment's blocks visible at once, so the
+// burst clusters where the prefix is, but reservation stops it from all
+// queueing on one worker.
+func TestSharedPrefixBurst(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	ws := pool(4)
+	const burst = 32
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	counts := map[string]int{}
+	cachedHits := 0
+	for i := range burst {
+		wg.Go(func() {
+			d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(i, 7936, 8192)}, ws)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			counts[d.Worker]++
+			if d.Chosen.CachedTokens > 0 {
+				cachedHits++
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if len(counts) < 2 {
+		t.Errorf("burst herded onto one worker: %v", counts)
+	}
+	if cachedHits < burst/2 {
+		t.Errorf("only %d of %d requests used the speculated prefix; split %v", cachedHits, burst, counts)
+	}
+	if len(g.index.specs) != burst {
+		t.Errorf("Speculate called %d times, want %d", len(g.index.specs), burst)
+	}
+}
+
+func TestTieBreak(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		setup  func(g *rig, ids []uint32)
+		want   string
+		reason string
+	}{
+		{
+			name: "near-equal: fewer in flight beats slightly faster",
+			setup: func(g *rig, ids []uint32) {
+				// w0 holds 32 more tokens (≈2 ms faster) but decodes one request.
+				g.index.store("w0", CacheKey{Model: "m"}, ids, 64, 16, false)
+				g.index.store("w1", CacheKey{Model: "m"}, ids, 32, 16, false)
+				g.load.reports["w0"] = LoadReport{Running: 1, Scraped: g.clock.Now()}
+			},
+			want: "w1", reason: "2 candidates within",
+		},
+		{
+			name: "clearly better wins despite load",
+			setup: func(g *rig, ids []uint32) {
+				g.index.store("w0", CacheKey{Model: "m"}, ids, 1024, 16, false)
+				g.load.reports["w0"] = LoadReport{Running: 1, Scraped: g.clock.Now()}
+			},
+			want: "w0", reason: "lowest predicted TTFT",
+		},
+		{
+			name: "new prefix: 30% slower but idle takes it, spreading prefixes",
+			setup: func(g *rig, ids []uint32) {
+				slow(g, "w1", 1.3)
+				g.load.reports["w0"] = LoadReport{Running: 1, Scraped: g.clock.Now()}
+			},
+			want: "w1", reason: "prefix cached nowhere: 2 candidates",
+		},
+		{
+			name: "new prefix: 2x slower is not near-equal",
+			setup: func(g *rig, ids []uint32) {
+				slow(g, "w1", 2)
+				g.load.reports["w0"] = LoadReport{Running: 1, Scraped: g.clock.Now()}
+			},
+			want: "w0", reason: "lowest predicted TTFT",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+			ids := prompt(9, 0, 2048)
+			tt.setup(g, ids)
+			d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: ids}, pool(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Worker != tt.want || !strings.Contains(d.Reason, tt.reason) {
+				t.Errorf("picked %s (%q), want %s (%q); %+v", d.Worker, d.Reason, tt.want, tt.reason, d.Candidates)
+			}
+		})
+	}
+}
+
+// slow makes worker's model f times slower than the prior, as calibration
+// would after seeing it.
+func slow(g *rig, worker string, f float64) {
+	g.r.mu.Lock()
+	defer g.r.mu.Unlock()
+	st := g.r.state(worker)
+	for i := range st.cal.theta {
+		st.cal.theta[i] = f
+	}
+}
+
+// TestTieRotation: equal idle workers are taken in turn, not always the first.
+func TestTieRotation(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	ws := pool(3)
+	var got []string
+	for i := range 6 {
+		d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(i, 0, 100)}, ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, d.Worker)
+		g.r.Done(d, Outcome{End: EndAborted})
+	}
+	if s := strings.Join(got, ","); s != "w0,w1,w2,w0,w1,w2" {
+		t.Errorf("equal workers taken as %s", s)
+	}
+}
+
+func TestShadow(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.Shadow = []string{PolicyPrefixMax, PolicyLeastRequest, PolicyAffinity, PolicyDynamoCost, PolicyWarmpath}
+	g := newRig(t, PolicyWarmpath, cfg, nil)
+	req, ws := scenario(t, g)
+	d, err := g.r.Pick(t.Context(), req, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{PolicyPrefixMax: "w0", PolicyLeastRequest: "w1", PolicyAffinity: "w2", PolicyDynamoCost: "w2"}
+	if len(d.Shadow) != len(want) {
+		t.Fatalf("shadow = %+v, want the 4 other policies", d.Shadow)
+	}
+	pred := map[string]time.Duration{}
+	for _, c := range d.Candidates {
+		pred[c.Worker] = c.PredictedTTFT
+	}
+	for _, s := range d.Shadow {
+		if s.Worker != want[s.Policy] {
+			t.Errorf("shadow %s picked %s, want %s", s.Policy, s.Worker, want[s.Policy])
+		}
+		if s.PredictedTTFT != pred[s.Worker] || s.Regret != pred[s.Worker]-d.Chosen.PredictedTTFT {
+			t.Errorf("shadow %s: predicted %v regret %v", s.Policy, s.PredictedTTFT, s.Regret)
+		}
+	}
+	if d.Worker != "w2" || d.Candidates[0].Score != d.Candidates[0].PredictedTTFT.Seconds() {
+		t.Errorf("shadows changed the decision: %s, scores %+v", d.Worker, d.Candidates)
+	}
+	if n := testutil.ToFloat64(g.r.m.shadowAgree.WithLabelValues(PolicyAffinity)); n != 1 {
+		t.Errorf("affinity agreements = %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(g.r.m.shadowAgree.WithLabelValues(PolicyPrefixMax)); n != 0 {
+		t.Errorf("prefix-max agreements = %v, want 0", n)
+	}
+	if n := testutil.CollectAndCount(g.r.m.shadowRegret); n != 4 {
+		t.Errorf("regret series = %d, want 4", n)
+	}
+	// Shadows reserve nothing: only the decision's worker is loaded.
+	p, err := g.r.Predict(t.Context(), req, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range p.Candidates {
+		if want := map[bool]int{true: 1, false: 0}[c.Worker == d.Worker]; c.InFlight != want {
+			t.Errorf("%s in flight %d, want %d", c.Worker, c.InFlight, want)
+		}
+	}
+}
+
+// TestPredictIsReadOnly: Predict reserves nothing, records no history and
+// counts nothing.
+func TestPredictIsReadOnly(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	ws := pool(2)
+	body := []byte(strings.Repeat("abcdefgh", 256))
+	for range 3 {
+		if _, err := g.r.Predict(t.Context(), &Request{Model: "m", Body: body, TokenIDs: prompt(1, 0, 512)}, ws); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := g.r.Predict(t.Context(), &Request{Model: "m", Body: body}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Mode != ModeLoadOnly || d.Candidates[0].InFlight != 0 || d.Candidates[1].InFlight != 0 {
+		t.Errorf("Predict left state: mode %s, candidates %+v", d.Mode, d.Candidates)
+	}
+	if len(g.index.specs) != 0 || testutil.CollectAndCount(g.r.m.decisions) != 0 {
+		t.Errorf("Predict speculated %d times or counted decisions", len(g.index.specs))
+	}
+	g.r.Done(d, Outcome{End: EndCompleted, TTFT: time.Second})
+	if n := testutil.ToFloat64(g.r.m.unknownDone); n != 1 {
+		t.Errorf("Done on a Predict decision: unknown_done_total = %v, want 1", n)
+	}
+}
+
+func TestDoneOnce(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 512)}, pool(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.r.Done(d, Outcome{End: EndCompleted, TTFT: 50 * time.Millisecond, PromptTokens: 512, CachedTokens: 0})
+	g.r.Done(d, Outcome{End: EndCompleted, TTFT: 50 * time.Millisecond, PromptTokens: 512, CachedTokens: 0})
+	if n := testutil.ToFloat64(g.r.m.unknownDone); n != 1 {
+		t.Errorf("unknown_done_total = %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(g.r.m.outcomes.WithLabelValues(string(EndCompleted))); n != 1 {
+		t.Errorf("outcomes_total{completed} = %v, want 1", n)
+	}
+}
+
+// TestOnlyCompletedOutcomesCalibrate: aborted and expired assignments and
+// completions without a first token release load but teach nothing.
+func TestOnlyCompletedOutcomesCalibrate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		o     Outcome
+		learn bool
+	}{
+		{name: "completed", o: Outcome{End: EndCompleted, TTFT: 3 * time.Second, PromptTokens: -1, CachedTokens: -1}, learn: true},
+		{name: "aborted", o: Outcome{End: EndAborted, TTFT: 3 * time.Second, PromptTokens: -1, CachedTokens: -1}},
+		{name: "expired", o: Outcome{End: EndExpired, PromptTokens: -1, CachedTokens: -1}},
+		{name: "completed without token", o: Outcome{End: EndCompleted, HTTPStatus: 500, PromptTokens: -1, CachedTokens: -1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+			d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 4096)}, pool(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.r.Done(d, tt.o)
+			changed := g.r.Model("w0") != DefaultConfig().Prior
+			if changed != tt.learn {
+				t.Errorf("model changed = %v, want %v", changed, tt.learn)
+			}
+		})
+	}
+}
+
+// TestCachedGap: a worker whose engine keeps reporting fewer cached tokens
+// than predicted gets a gap metric and one warning, cleared when the
+// predictions match again.
+func TestCachedGap(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	ws := pool(1)
+	ids := prompt(5, 1024, 1024)
+	g.index.store("w0", CacheKey{Model: "m"}, ids, 1024, 16, false)
+	run := func(n, actual int) {
+		for range n {
+			d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: ids}, ws)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Chosen.CachedTokens != 1008 {
+				t.Fatalf("predicted cached %d, want 1008 (capped below the prompt)", d.Chosen.CachedTokens)
+			}
+			g.r.Done(d, Outcome{End: EndCompleted, TTFT: 30 * time.Millisecond, PromptTokens: 1024, CachedTokens: actual})
+		}
+	}
+	run(25, 0)
+	if v := testutil.ToFloat64(g.r.m.cachedGap.WithLabelValues("w0")); v != 1 {
+		t.Errorf("gap gauge = %v after 25 misses, want 1", v)
+	}
+	if n := testutil.ToFloat64(g.r.m.cachedCheck.WithLabelValues("over")); n != 25 {
+		t.Errorf("over-predictions = %v, want 25", n)
+	}
+	logs := g.logs.String()
+	if strings.Count(logs, "persistently miss") != 1 || !strings.Contains(logs, "worker=w0") {
+		t.Errorf("want one gap warning for w0, logs:\n%s", logs)
+	}
+	run(50, 1008)
+	if v := testutil.ToFloat64(g.r.m.cachedGap.WithLabelValues("w0")); v != 0 {
+		t.Errorf("gap gauge = %v after matches, want 0", v)
+	}
+	if n := testutil.ToFloat64(g.r.m.cachedCheck.WithLabelValues("exact")); n != 50 {
+		t.Errorf("exact predictions = %v, want 50", n)
+	}
+}
+
+func TestLoadReports(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		reports     map[string]LoadReport
+		age         time.Duration
+		wantAhead   []int
+		wantKV      []float64
+		equalW0W1   bool // w0 (no usage) is priced like w1, not as empty
+		wantMissing float64
+		wantStale   float64
+	}{
+		{name: "fresh waiting adds work ahead", reports: map[string]LoadReport{"w0": {Waiting: 3, HasKVUsage: true, KVUsage: 0.2}, "w1": {}},
+			wantAhead: []int{1536, 0}, wantKV: []float64{0.2, -1}},
+		{name: "stale report is ignored", reports: map[string]LoadReport{"w0": {Waiting: 3}, "w1": {Waiting: 3}}, age: time.Minute,
+			wantAhead: []int{0, 0}, wantKV: []float64{-1, -1}, wantStale: 2},
+		{name: "missing report is neither load nor empty cache", reports: map[string]LoadReport{"w1": {HasKVUsage: true, KVUsage: 0.99}},
+			wantAhead: []int{0, 0}, wantKV: []float64{-1, 0.99}, equalW0W1: true, wantMissing: 1},
+		{name: "missing usage is priced as the pool's", reports: map[string]LoadReport{"w0": {}, "w1": {HasKVUsage: true, KVUsage: 0.99}},
+			wantAhead: []int{0, 0}, wantKV: []float64{-1, 0.99}, equalW0W1: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+			for w, r := range tt.reports {
+				r.Scraped = g.clock.Now()
+				g.load.reports[w] = r
+			}
+			g.clock.Advance(tt.age)
+			d, err := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 1000)}, pool(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range d.Candidates {
+				if c.WorkAhead != tt.wantAhead[i] || c.KVUsage != tt.wantKV[i] {
+					t.Errorf("%s: ahead %d kv %v, want %d %v", c.Worker, c.WorkAhead, c.KVUsage, tt.wantAhead[i], tt.wantKV[i])
+				}
+			}
+			if tt.equalW0W1 && d.Candidates[0].PredictedTTFT != d.Candidates[1].PredictedTTFT {
+				t.Errorf("w0 without usage predicted %v, w1 at 0.99 %v: missing usage treated as empty",
+					d.Candidates[0].PredictedTTFT, d.Candidates[1].PredictedTTFT)
+			}
+			if n := testutil.ToFloat64(g.r.m.loadReports.WithLabelValues("missing")); n != tt.wantMissing {
+				t.Errorf("missing reports = %v, want %v", n, tt.wantMissing)
+			}
+			if n := testutil.ToFloat64(g.r.m.loadReports.WithLabelValues("stale")); n != tt.wantStale {
+				t.Errorf("stale reports = %v, want %v", n, tt.wantStale)
+			}
+		})
+	}
+}
+
+// TestKVPressure: near-full KV cache makes a worker look slower.
+func TestKVPressure(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	g.load.reports["w0"] = LoadReport{HasKVUsage: true, KVUsage: 0.99, Scraped: g.clock.Now()}
+	g.load.reports["w1"] = LoadReport{HasKVUsage: true, KVUsage: 0.5, Scraped: g.clock.Now()}
+	d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 4000)}, pool(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d.Candidates
+	if d.Worker != "w1" || c[0].Prefill < c[1].Prefill*17/10 {
+		t.Errorf("picked %s; prefill at 0.99 usage %v vs %v at 0.5", d.Worker, c[0].Prefill, c[1].Prefill)
+	}
+}
+
+// TestOffloadedCachedTokens: offloaded hits count as cached but cost a
+// share of a computed token.
+func TestOffloadedCachedTokens(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	ids := prompt(2, 4096, 4096)
+	key := CacheKey{Model: "m"}
+	g.index.store("w0", key, ids, 4000, 16, false)
+	g.index.store("w1", key, ids, 1024, 16, false)
+	g.index.store("w1", key, ids, 4000, 16, true)
+	d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: ids}, pool(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d.Candidates
+	if c[1].CachedTokens != 4000 || c[1].OffloadedTokens != 4000-1024 || d.Worker != "w0" || !(c[1].Prefill > c[0].Prefill) {
+		t.Errorf("offloaded hit mispriced: %+v", c)
+	}
+}
+
+func TestNoWorkers(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	if _, err := g.r.Pick(t.Context(), &Request{Model: "m"}, nil); !errors.Is(err, ErrNoWorkers) {
+		t.Errorf("err = %v, want ErrNoWorkers", err)
+	}
+}
+
+func TestFirstTokenReleasesPrefill(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	ws := pool(1)
+	d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 8000), Stream: true}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(2, 0, 100)}, ws)
+	g.r.FirstToken(d)
+	after, _ := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(2, 0, 100)}, ws)
+	if before.Chosen.WorkAhead != 8000 || after.Chosen.WorkAhead != 0 || after.Chosen.Decoding != 1 {
+		t.Errorf("work ahead %d → %d, decoding after %d", before.Chosen.WorkAhead, after.Chosen.WorkAhead, after.Chosen.Decoding)
+	}
+	// Without FirstToken the predicted first token drains the work ahead.
+	g2 := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	d2, _ := g2.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 8000)}, ws)
+	g2.clock.Advance(d2.Chosen.PredictedTTFT / 2)
+	mid, _ := g2.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(2, 0, 100)}, ws)
+	g2.clock.Advance(d2.Chosen.PredictedTTFT)
+	end, _ := g2.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(2, 0, 100)}, ws)
+	if !(mid.Chosen.WorkAhead > 0 && mid.Chosen.WorkAhead < 8000) || end.Chosen.WorkAhead != 0 {
+		t.Errorf("predicted drain: %d at half time, %d after", mid.Chosen.WorkAhead, end.Chosen.WorkAhead)
+	}
+}
+
+func TestExplain(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.Shadow = []string{PolicyPrefixMax}
+	g := newRig(t, PolicyWarmpath, cfg, nil)
+	req, ws := scenario(t, g)
+	d, err := g.r.Pick(t.Context(), req, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(d.Explain())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Chosen  string `json:"chosen"`
+		Mode    string `json:"mode"`
+		Workers []struct {
+			Name         string  `json:"name"`
+			CachedTokens int     `json:"cached_tokens"`
+			TTFT         float64 `json:"predicted_ttft_ms"`
+		} `json:"workers"`
+		Shadow []struct {
+			Policy string `json:"policy"`
+		} `json:"shadow"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Chosen != "w2" || got.Mode != "exact" || len(got.Workers) != 3 || got.Workers[0].CachedTokens != 8000 ||
+		got.Workers[2].TTFT != ms(d.Candidates[2].PredictedTTFT.Seconds()) || len(got.Shadow) != 1 {
+		t.Errorf("explanation %s", b)
+	}
+	want := fmt.Sprintf("w2; policy=warmpath; mode=exact; cached=4096; ttft_ms=%.1f", ms(d.Chosen.PredictedTTFT.Seconds()))
+	if h := d.Header(); h != want {
+		t.Errorf("Header = %q, want %q", h, want)
+	}
+}
+
+func TestMetricsLint(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	req, ws := scenario(t, g)
+	d, _ := g.r.Pick(t.Context(), req, ws)
+	g.r.Done(d, Outcome{End: EndCompleted, TTFT: time.Second, PromptTokens: 8192, CachedTokens: 4096})
+	problems, err := testutil.GatherAndLint(g.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("metric %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestForget(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	ws := pool(1)
+	d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 512)}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.r.Forget("w0") {
+		t.Error("Forget dropped a worker with an assignment in flight")
+	}
+	g.r.Done(d, Outcome{End: EndCompleted, TTFT: time.Second, PromptTokens: 512, CachedTokens: 0})
+	if g.r.Model("w0") == DefaultConfig().Prior {
+		t.Fatal("outcome did not calibrate")
+	}
+	if n := testutil.CollectAndCount(g.r.m.prefillPerTok); n != 1 {
+		t.Errorf("model series = %d, want 1", n)
+	}
+	if !g.r.Forget("w0") {
+		t.Error("Forget kept an idle worker")
+	}
+	if g.r.Model("w0") != DefaultConfig().Prior || testutil.CollectAndCount(g.r.m.prefillPerTok) != 0 {
+		t.Error("Forget left the worker's model or metric series")
+	}
+}
+
+// TestDataParallelBudget: a worker with more ranks prefills a long prompt
+// in fewer steps.
+func TestDataParallelBudget(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	ws := pool(2)
+	ws[1].DataParallelSize = 4
+	d, err := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 32768)}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 32768 tokens: 4 steps of 8192 on one rank, 1 step on four: 3 step
+	// overheads less, and 32768×(5-2)/2 context tokens fewer re-read.
+	m := DefaultConfig().Prior
+	want := seconds(3*m.StepOverhead + 49152*m.ContextPerToken)
+	if c := d.Candidates; (c[0].Prefill - c[1].Prefill - want).Abs() > time.Microsecond {
+		t.Errorf("4 ranks not faster: %v vs %v", c[1].Prefill, c[0].Prefill)
+	}
+}
+
+// TestToldMode: once first tokens are reported, a streamed request without
+// one still counts as prefilling past its predicted first token (at least a
+// quarter of a step), while a non-streamed one drains on prediction.
+func TestToldMode(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		stream    bool
+		wantAhead int
+	}{
+		{name: "streamed waits for its report", stream: true, wantAhead: 2000},
+		{name: "non-streamed drains on prediction", stream: false, wantAhead: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+			ws := pool(1)
+			first, _ := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 100), Stream: true}, ws)
+			g.r.FirstToken(first)
+			d, _ := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(2, 0, 8000), Stream: tt.stream}, ws)
+			g.clock.Advance(10 * d.Chosen.PredictedTTFT)
+			p, _ := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(3, 0, 100)}, ws)
+			if p.Chosen.WorkAhead != tt.wantAhead {
+				t.Errorf("work ahead %d long after the predicted first token, want %d", p.Chosen.WorkAhead, tt.wantAhead)
+			}
+		})
+	}
+}
+
+func TestTokenizerReturnsNothing(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), &fakeTokens{path: "local"})
+	d, err := g.r.Pick(t.Context(), &Request{Model: "m", Body: []byte("{}")}, pool(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Mode != ModeLoadOnly || d.TokenizePath != "none" || d.TokenizeReason != "tokenizer returned no token ids" {
+		t.Errorf("mode %s path %s reason %q", d.Mode, d.TokenizePath, d.TokenizeReason)
+	}
+	if n := testutil.ToFloat64(g.r.m.tokenizeErrors); n != 1 {
+		t.Errorf("tokenize failures %v", n)
+	}
+}
+
+// TestKVAdmissionWait: when the engine's KV cache cannot take the request,
+// it waits until enough decoding requests end; that wait is part of the
+// predicted queue and is not fitted by calibration.
+func TestKVAdmissionWait(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		capacity int
+		wantWait bool
+	}{
+		{name: "fits", capacity: 10000},
+		{name: "full until the first decoder ends", capacity: 1200, wantWait: true},
+		{name: "capacity unknown", capacity: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+			ws := pool(1)
+			// One outcome teaches a decode time of 2 s and 64 output tokens.
+			d, _ := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(0, 0, 160)}, ws)
+			g.r.Done(d, Outcome{End: EndCompleted, TTFT: 100 * time.Millisecond, Duration: 2100 * time.Millisecond,
+				PromptTokens: 160, CachedTokens: 0, CompletionTokens: 64})
+			// Four 4096-token requests decoding: 4 × ≥256 blocks held.
+			for i := range 4 {
+				d, _ := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(i+1, 0, 4096), Stream: true}, ws)
+				g.r.FirstToken(d)
+			}
+			g.load.reports["w0"] = LoadReport{Running: 4, KVBlocks: tt.capacity, Scraped: g.clock.Now()}
+			p, _ := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(9, 0, 4096)}, ws)
+			q := p.Chosen.QueueWait
+			if tt.wantWait && (q < time.Second || q > 3*time.Second) {
+				t.Errorf("queue wait %v, want about the 2 s until a decoder ends", q)
+			}
+			if !tt.wantWait && q > 100*time.Millisecond {
+				t.Errorf("queue wait %v, want no KV wait", q)
+			}
+		})
+	}
+}
+
+// TestShadowOfBaseline: with a baseline deciding, warmpath in shadow shows
+// what the baseline gave away, as negative regret.
+func TestShadowOfBaseline(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.Shadow = []string{PolicyWarmpath}
+	g := newRig(t, PolicyPrefixMax, cfg, nil)
+	req, ws := scenario(t, g)
+	d, err := g.r.Pick(t.Context(), req, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Worker != "w0" || len(d.Shadow) != 1 || d.Shadow[0].Worker != "w2" || d.Shadow[0].Regret >= 0 {
+		t.Fatalf("decision %s, shadow %+v", d.Worker, d.Shadow)
+	}
+	if d.Candidates[0].Score != -8000 {
+		t.Errorf("prefix-max score %v, want -cached tokens", d.Candidates[0].Score)
+	}
+	if n := testutil.CollectAndCount(g.r.m.shadowRegret); n != 1 {
+		t.Errorf("regret series %d", n)
+	}
+}

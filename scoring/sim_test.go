@@ -1,0 +1,463 @@
+package scoring
+
+import (
+	"container/list"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/warmpath/warmpath/discovery"
+)
+
+// This file holds a small discrete-event engine simulation, enough to close
+// the loop in unit tests: requests are routed by a Router, run through
+// step-by-step engines (decodes first, chunked prefill in arrival order,
+// prefix cache with LRU eviction of free blocks, in-flight blocks
+// hittable), the engines' KV events feed the fake index, and first tokens
+// and outcomes go back to the router. It is not the e2e simulator; it lets
+// the prediction and routing claims be checked here, at small scale.
+
+type simBlock struct {
+	key  uint64
+	ref  int
+	elem *list.Element // in the free LRU when ref == 0
+}
+
+type simReq struct {
+	ids      []uint32
+	keys     []uint64
+	out      int
+	arrival  float64
+	d        *Decision
+	computed int
+	cached   int
+	gen      int
+	first    float64
+	blocks   []*simBlock
+	anon     int
+}
+
+type simWorker struct {
+	name      string
+	eng       engine
+	maxSeqs   int
+	capBlocks int
+	cache     map[uint64]*simBlock
+	free      *list.List // cached blocks with ref 0, oldest first
+	held      int        // blocks with ref > 0, keyed or anonymous
+	waiting   []*simReq
+	running   []*simReq
+	busy      bool
+	stepEnd   float64
+	chunks    map[*simReq]int
+}
+
+type sim struct {
+	t     float64
+	base  time.Time
+	ws    []*simWorker
+	pool  Workers
+	g     *rig
+	bs    int
+	key   CacheKey
+	stats simStats
+	// warmTime is when measurement starts; requests decided before it
+	// only warm the router up.
+	warmTime float64
+	n        int  // requests arrived so far
+	scrape   bool // publish engine gauges to the router's load source
+}
+
+type simStats struct {
+	ttft, relErr, bias  []float64
+	cachedExact, cached int
+}
+
+func newSim(t *testing.T, g *rig, engines []engine, capBlocks int) *sim {
+	s := &sim{base: g.clock.Now(), g: g, bs: 16, key: CacheKey{Model: "m"}}
+	for i, e := range engines {
+		name := fmt.Sprintf("w%d", i)
+		s.ws = append(s.ws, &simWorker{name: name, eng: e, maxSeqs: 256, capBlocks: capBlocks,
+			cache: map[uint64]*simBlock{}, free: list.New(), chunks: map[*simReq]int{}})
+		s.pool = append(s.pool, discovery.Worker{Name: name, Address: name + ":8000", Models: []string{"m"}})
+	}
+	return s
+}
+
+func (s *sim) setClock() {
+	s.g.clock.mu.Lock()
+	s.g.clock.t = s.base.Add(time.Duration(s.t * float64(time.Second)))
+	s.g.clock.mu.Unlock()
+}
+
+// arrive routes a request and queues it on the chosen engine.
+func (s *sim) arrive(t *testing.T, q *simReq) {
+	s.setClock()
+	if s.scrape {
+		for _, w := range s.ws {
+			s.g.load.reports[w.name] = LoadReport{Running: len(w.running), Waiting: len(w.waiting),
+				KVUsage: float64(w.held) / float64(w.capBlocks), HasKVUsage: true, KVBlocks: w.capBlocks, Scraped: s.g.clock.Now()}
+		}
+	}
+	d, err := s.g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: q.ids, Stream: true}, s.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.d = d
+	q.keys = s.g.index.keys(s.key, q.ids, s.bs)
+	q.arrival = s.t
+	s.n++
+	w := s.worker(d.Worker)
+	w.waiting = append(w.waiting, q)
+	if !w.busy {
+		s.step(w)
+	}
+}
+
+func (s *sim) worker(name string) *simWorker {
+	for _, w := range s.ws {
+		if w.name == name {
+			return w
+		}
+	}
+	panic("no worker " + name)
+}
+
+// admit looks up the prefix cache, allocates blocks (evicting free cached
+// blocks oldest first) and registers the prompt's full blocks as cached.
+func (s *sim) admit(w *simWorker, q *simReq) bool {
+	limit := (len(q.ids) - 1) / s.bs
+	hits := 0
+	for hits < limit && w.cache[q.keys[hits]] != nil {
+		hits++
+	}
+	need := len(q.keys) - hits + (len(q.ids)%s.bs+q.out+s.bs-1)/s.bs
+	for _, k := range q.keys[:hits] {
+		if w.cache[k].ref == 0 {
+			need++ // reviving a free block takes it out of the free pool
+		}
+	}
+	for w.held+w.free.Len()+need > w.capBlocks && w.free.Len() > 0 {
+		b := w.free.Remove(w.free.Front()).(*simBlock)
+		delete(w.cache, b.key)
+		s.g.index.setKey(w.name, b.key, false)
+	}
+	if w.held+w.free.Len()+need > w.capBlocks {
+		return false
+	}
+	for _, k := range q.keys {
+		b := w.cache[k]
+		if b == nil {
+			b = &simBlock{key: k}
+			w.cache[k] = b
+			s.g.index.setKey(w.name, k, true)
+		}
+		if b.ref == 0 {
+			if b.elem != nil {
+				w.free.Remove(b.elem)
+				b.elem = nil
+			}
+			w.held++
+		}
+		b.ref++
+		q.blocks = append(q.blocks, b)
+	}
+	q.anon = (len(q.ids)%s.bs + q.out + s.bs - 1) / s.bs
+	w.held += q.anon
+	q.cached = hits * s.bs
+	q.computed = q.cached
+	return true
+}
+
+func (s *sim) release(w *simWorker, q *simReq) {
+	for i := len(q.blocks) - 1; i >= 0; i-- {
+		b := q.blocks[i]
+		b.ref--
+		if b.ref == 0 {
+			w.held--
+			b.elem = w.free.PushBack(b)
+		}
+	}
+	w.held -= q.anon
+}
+
+// step builds the engine's next batch at s.t and schedules its end.
+func (s *sim) step(w *simWorker) {
+	budget := w.eng.budget
+	clear(w.chunks)
+	prefill, decodes, ctx := 0, 0, 0.0
+	for _, q := range w.running {
+		if q.computed == len(q.ids) {
+			decodes++
+			budget--
+			ctx += float64(len(q.ids) + q.gen)
+			w.chunks[q] = 0
+		}
+	}
+	add := func(q *simReq) {
+		k := min(len(q.ids)-q.computed, budget)
+		if k <= 0 {
+			return
+		}
+		budget -= k
+		prefill += k
+		ctx += float64(q.computed + k)
+		w.chunks[q] = k
+	}
+	for _, q := range w.running {
+		if q.computed < len(q.ids) {
+			add(q)
+		}
+	}
+	for len(w.waiting) > 0 && len(w.running) < w.maxSeqs && budget > 0 {
+		q := w.waiting[0]
+		if !s.admit(w, q) {
+			break
+		}
+		w.waiting = w.waiting[1:]
+		w.running = append(w.running, q)
+		add(q)
+	}
+	if len(w.chunks) == 0 {
+		w.busy = false
+		return
+	}
+	w.busy = true
+	e := w.eng
+	w.stepEnd = s.t + e.o + e.p*float64(prefill) + e.d*float64(decodes) + e.c*ctx
+}
+
+// finishStep applies the step that ended at s.t and starts the next.
+func (s *sim) finishStep(w *simWorker) {
+	s.setClock()
+	keep := w.running[:0]
+	for _, q := range w.running {
+		k, ok := w.chunks[q]
+		switch {
+		case !ok:
+		case k > 0:
+			q.computed += k
+			if q.computed == len(q.ids) {
+				q.gen = 1
+				q.first = s.t + w.eng.f
+				s.g.r.FirstToken(q.d)
+			}
+		default:
+			q.gen++
+		}
+		if q.computed == len(q.ids) && q.gen >= q.out {
+			s.release(w, q)
+			s.done(q)
+			continue
+		}
+		keep = append(keep, q)
+	}
+	w.running = keep
+	s.step(w)
+}
+
+func (s *sim) done(q *simReq) {
+	ttft := q.first - q.arrival
+	s.g.r.Done(q.d, Outcome{End: EndCompleted, HTTPStatus: 200, TTFT: time.Duration(ttft * float64(time.Second)),
+		Duration:     time.Duration((s.t - q.arrival) * float64(time.Second)),
+		PromptTokens: len(q.ids), CompletionTokens: q.out, CachedTokens: q.cached})
+	if q.d.Decided.Sub(s.base) < time.Duration(s.warmTime*float64(time.Second)) {
+		return
+	}
+	s.stats.ttft = append(s.stats.ttft, ttft)
+	pred := q.d.Chosen.PredictedTTFT.Seconds()
+	s.stats.relErr = append(s.stats.relErr, math.Abs(pred-ttft)/ttft)
+	s.stats.bias = append(s.stats.bias, (pred-ttft)/ttft)
+	s.stats.cached++
+	if q.d.Chosen.CachedTokens == q.cached {
+		s.stats.cachedExact++
+	}
+}
+
+// run plays the arrivals (sorted by time) to completion.
+func (s *sim) run(t *testing.T, reqs []*simReq, times []float64) {
+	i := 0
+	for {
+		next := math.Inf(1)
+		var nw *simWorker
+		for _, w := range s.ws {
+			if w.busy && w.stepEnd < next {
+				next, nw = w.stepEnd, w
+			}
+		}
+		if i < len(reqs) && times[i] <= next {
+			s.t = times[i]
+			s.arrive(t, reqs[i])
+			i++
+			continue
+		}
+		if nw == nil {
+			return
+		}
+		s.t = next
+		s.finishStep(nw)
+	}
+}
+
+// workloads -----------------------------------------------------------------
+
+type simWorkload struct {
+	name  string
+	reqs  func(rng *rand.Rand, n int) [][]uint32
+	rate  float64 // arrivals per second
+	cap   int     // KV blocks per worker
+	speed []float64
+}
+
+func tokens(rng *rand.Rand, n int) []uint32 {
+	ids := make([]uint32, n)
+	for i := range ids {
+		ids[i] = rng.Uint32N(150000)
+	}
+	return ids
+}
+
+// sharedPrefixes: nf families with a prefix of plen tokens and a unique
+// suffix of slen; family popularity is uniform.
+func sharedPrefixes(nf, plen, slen int, hot float64) func(*rand.Rand, int) [][]uint32 {
+	return func(rng *rand.Rand, n int) [][]uint32 {
+		fam := make([][]uint32, nf)
+		for i := range fam {
+			fam[i] = tokens(rng, plen)
+		}
+		out := make([][]uint32, n)
+		for i := range out {
+			f := rng.IntN(nf)
+			if rng.Float64() < hot {
+				f = 0
+			}
+			out[i] = append(slices.Clip(fam[f]), tokens(rng, slen)...)
+		}
+		return out
+	}
+}
+
+func independent(lo, hi int) func(*rand.Rand, int) [][]uint32 {
+	return func(rng *rand.Rand, n int) [][]uint32 {
+		out := make([][]uint32, n)
+		for i := range out {
+			out[i] = tokens(rng, lo+rng.IntN(hi-lo))
+		}
+		return out
+	}
+}
+
+type simResult struct {
+	median, p90, mape, p90ape, bias, cachedExact float64
+}
+
+func percentile(xs []float64, p float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[min(int(p*float64(len(s))), len(s)-1)]
+}
+
+func runSim(t *testing.T, wl simWorkload, policy string, n, warm int) simResult {
+	base := engine{o: 0.006, p: 40e-6, d: 150e-6, c: 4e-9, f: 0.003, budget: 8192}
+	var engines []engine
+	for _, f := range wl.speed {
+		engines = append(engines, base.slower(f, 8192))
+	}
+	g := newRig(t, policy, DefaultConfig(), nil)
+	s := newSim(t, g, engines, wl.cap)
+	s.scrape = true
+	rng := rand.New(rand.NewPCG(11, 12))
+	prompts := wl.reqs(rng, n)
+	reqs := make([]*simReq, n)
+	times := make([]float64, n)
+	at := 0.0
+	for i := range reqs {
+		at += rng.ExpFloat64() / wl.rate
+		times[i] = at
+		reqs[i] = &simReq{ids: prompts[i], out: 16 + rng.IntN(48)}
+	}
+	s.warmTime = times[warm]
+	s.run(t, reqs, times)
+	st := s.stats
+	return simResult{
+		median:      percentile(st.ttft, 0.5),
+		p90:         percentile(st.ttft, 0.9),
+		mape:        percentile(st.relErr, 0.5),
+		p90ape:      percentile(st.relErr, 0.9),
+		bias:        percentile(st.bias, 0.5),
+		cachedExact: float64(st.cachedExact) / float64(st.cached),
+	}
+}
+
+// TestSimulatedRouting runs three workloads on a heterogeneous pool (speeds
+// 1×, 1.5×, 2× slower, not told to the router) under every policy, and
+// checks warmpath's prediction accuracy and routing against the baselines.
+func TestSimulatedRouting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulation")
+	}
+	t.Parallel()
+	workloads := []simWorkload{
+		// 40 prefixes of 2048 tokens (80K tokens) against 4096-block
+		// (64K-token) caches: no worker can hold them all.
+		{name: "shared", reqs: sharedPrefixes(40, 2048, 256, 0), rate: 14, cap: 4096, speed: []float64{1, 1.5, 2}},
+		// Half of all requests share one hot prefix, with long unique
+		// suffixes: the hot prefix's worker alone cannot keep up.
+		{name: "skewed", reqs: sharedPrefixes(16, 2048, 1024, 0.5), rate: 24, cap: 4096, speed: []float64{1, 1.5, 2}},
+		{name: "independent", reqs: independent(512, 3072), rate: 12, cap: 4096, speed: []float64{1, 1.5, 2}},
+	}
+	policies := PolicyNames()
+	const n, warm = 900, 200
+	results := map[string]map[string]simResult{}
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-12s %-14s %9s %9s %8s %8s %9s %8s\n", "workload", "policy", "p50 TTFT", "p90 TTFT", "p50 APE", "p90 APE", "p50 bias", "cached=")
+	for _, wl := range workloads {
+		results[wl.name] = map[string]simResult{}
+		for _, p := range policies {
+			r := runSim(t, wl, p, n, warm)
+			results[wl.name][p] = r
+			fmt.Fprintf(&table, "%-12s %-14s %8.3fs %8.3fs %7.1f%% %7.1f%% %+8.1f%% %7.1f%%\n", wl.name, p, r.median, r.p90, 100*r.mape, 100*r.p90ape, 100*r.bias, 100*r.cachedExact)
+		}
+	}
+	t.Logf("after %d warm-up requests, %d measured:\n%s", warm, n-warm, table.String())
+
+	for _, wl := range workloads {
+		w := results[wl.name][PolicyWarmpath]
+		// On the skewed workload the hot worker runs near saturation, and
+		// requests arriving after one but before its first step is
+		// scheduled join that step: the TTFT becomes bimodal in a way no
+		// decision-time prediction can see. There the bound is looser.
+		maxMed, maxP90 := 0.10, 0.30
+		if wl.name == "skewed" {
+			maxMed, maxP90 = 0.20, 1.0
+		}
+		if w.mape > maxMed || w.p90ape > maxP90 {
+			t.Errorf("%s: prediction error median %.1f%%, p90 %.1f%%; want ≤ %.0f%%, ≤ %.0f%%", wl.name, 100*w.mape, 100*w.p90ape, 100*maxMed, 100*maxP90)
+		}
+		if w.cachedExact < 0.95 {
+			t.Errorf("%s: cached tokens exact on %.1f%%, want ≥ 95%%", wl.name, 100*w.cachedExact)
+		}
+	}
+	sh, sk, in := results["shared"], results["skewed"], results["independent"]
+	if sh[PolicyWarmpath].median > sh[PolicyRandom].median/2 {
+		t.Errorf("shared: warmpath median %.3fs not 2× better than random %.3fs", sh[PolicyWarmpath].median, sh[PolicyRandom].median)
+	}
+	// The issue asks 1.3× on the e2e simulator; this small run (one seed,
+	// 700 requests) is held to 1.2×.
+	if sk[PolicyWarmpath].p90*1.2 > sk[PolicyPrefixMax].p90 {
+		t.Errorf("skewed: warmpath p90 %.3fs not 1.2× better than prefix-max %.3fs", sk[PolicyWarmpath].p90, sk[PolicyPrefixMax].p90)
+	}
+	if sh[PolicyWarmpath].p90 > sh[PolicyPrefixMax].p90*1.1 {
+		t.Errorf("shared: warmpath p90 %.3fs worse than prefix-max %.3fs", sh[PolicyWarmpath].p90, sh[PolicyPrefixMax].p90)
+	}
+	if sk[PolicyWarmpath].p90 > sk[PolicyAffinity].p90*1.05 {
+		t.Errorf("skewed: warmpath p90 %.3fs worse than affinity %.3fs", sk[PolicyWarmpath].p90, sk[PolicyAffinity].p90)
+	}
+	if in[PolicyWarmpath].median > in[PolicyLeastRequest].median*1.05 {
+		t.Errorf("independent: warmpath median %.3fs worse than least-request %.3fs", in[PolicyWarmpath].median, in[PolicyLeastRequest].median)
+	}
+}
