@@ -1,0 +1,122 @@
+package harness_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/warmpath/warmpath/e2e/harness"
+	"github.com/warmpath/warmpath/e2e/replay"
+	"github.com/warmpath/warmpath/e2e/vllmsim"
+)
+
+// envoyOrSkip returns the real Envoy binary and the repo root, skipping the
+// test when there is no Envoy (failing under CI).
+func envoyOrSkip(t *testing.T) (bin, root string) {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err = harness.FindEnvoy(root)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	return bin, root
+}
+
+// dumpLogs prints the tail of every process log under dir.
+func dumpLogs(t *testing.T, dir string) {
+	t.Helper()
+	logs, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
+	for _, p := range logs {
+		b, _ := os.ReadFile(p)
+		lines := strings.Split(string(b), "\n")
+		if len(lines) > 60 {
+			lines = lines[len(lines)-60:]
+		}
+		t.Logf("==== %s\n%s", p, strings.Join(lines, "\n"))
+	}
+}
+
+// TestRoutingComparison is the short version of the benchmark: every
+// policy and the oracle, through real Envoy and in-process warmpath, on
+// three L40S-like simulators whose caches each hold about a third of the
+// shared prefixes, with the same seeded workload and arrivals. It asserts
+// how the policies order, never how fast anything is.
+func TestRoutingComparison(t *testing.T) {
+	bin, root := envoyOrSkip(t)
+	setup := harness.Setup{
+		Workers: []harness.WorkerSpec{
+			{Name: "w0", Profile: "l40s-27b-fp8", Tune: smallCache},
+			{Name: "w1", Profile: "l40s-27b-fp8", Tune: smallCache},
+			{Name: "w2", Profile: "l40s-27b-fp8", Tune: smallCache},
+		},
+		TimeScale: 40,
+		Seed:      1,
+		EnvoyBin:  bin,
+		Bootstrap: filepath.Join(root, "envoy/envoy.yaml"),
+	}
+	rc := replay.Config{
+		Seed: 7,
+		Workload: replay.WorkloadConfig{Kind: replay.WorkloadSharedPrefix, API: replay.APICompletions, Model: "sim-model", TokenIDs: true,
+			SharedPrefix: replay.SharedPrefixConfig{Groups: 6, PromptsPerGroup: 12, SystemPromptLen: 6000,
+				Question: replay.Dist{Mean: 256}, Output: replay.Dist{Mean: 32}}},
+		Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 0.6},
+	}
+	names := append(append([]string(nil), harness.ProductPolicies...), "oracle")
+	logDir := t.TempDir()
+	results, err := harness.RunPolicies(t.Context(), setup, harness.Policies(names...), rc, logDir, harness.Options{})
+	if err != nil {
+		dumpLogs(t, logDir)
+		t.Fatal(err)
+	}
+	by := map[string]replay.Summary{}
+	for _, r := range results {
+		s := r.Report.Runs[0].Summary
+		by[r.Policy] = s
+		t.Logf("%-13s TTFT p50 %6.2fs p90 %6.2fs  hit %5.1f%%  workers %v  leaked %v", r.Policy, s.TTFT.P50, s.TTFT.P90, s.CacheHitRate*100, s.Workers, r.Leaked)
+		t.Run(r.Policy+" leaks nothing and fails nothing", func(t *testing.T) {
+			if r.Leaked != 0 {
+				t.Errorf("%v assignments still in flight after the run", r.Leaked)
+			}
+			if s.Failed != 0 || s.Succeeded != s.Requests {
+				t.Errorf("%d of %d requests failed: %v", s.Failed, s.Requests, s.Errors)
+			}
+			if len(r.Records) < s.Requests {
+				t.Errorf("recorder saw %d decisions for %d requests", len(r.Records), s.Requests)
+			}
+		})
+	}
+	orderings := []struct {
+		better, worse string
+		metric        string
+		get           func(replay.Summary) float64
+	}{
+		{"warmpath", "random", "median TTFT", func(s replay.Summary) float64 { return s.TTFT.P50 }},
+		{"warmpath", "round-robin", "median TTFT", func(s replay.Summary) float64 { return s.TTFT.P50 }},
+		{"oracle", "random", "median TTFT", func(s replay.Summary) float64 { return s.TTFT.P50 }},
+		{"warmpath", "random", "cache miss rate", func(s replay.Summary) float64 { return 1 - s.CacheHitRate }},
+		{"prefix-max", "random", "cache miss rate", func(s replay.Summary) float64 { return 1 - s.CacheHitRate }},
+	}
+	for _, o := range orderings {
+		t.Run(fmt.Sprintf("%s beats %s on %s", o.better, o.worse, o.metric), func(t *testing.T) {
+			b, w := o.get(by[o.better]), o.get(by[o.worse])
+			if !(b < w) {
+				t.Errorf("%s %s %.3f, %s %.3f", o.better, o.metric, b, o.worse, w)
+			}
+		})
+	}
+	if t.Failed() {
+		dumpLogs(t, logDir)
+	}
+}
+
+// smallCache gives a worker 1500 blocks (24K tokens): room for about two
+// of the six 6K-token prefixes besides the requests running.
+func smallCache(e *vllmsim.EngineConfig) { e.NumGPUBlocks = 1500 }
