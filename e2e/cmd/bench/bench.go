@@ -1,0 +1,386 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/warmpath/warmpath/e2e/harness"
+	"github.com/warmpath/warmpath/e2e/replay"
+	"github.com/warmpath/warmpath/e2e/vllmsim"
+)
+
+// allPolicies is every policy in table order: the product's, then the oracle.
+var allPolicies = append(append([]string(nil), harness.ProductPolicies...), "oracle")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "e2e/out/bench", "output directory (reports, plots, logs, results.md)")
+	only := fs.String("scenarios", "seed-shaped,llm-d-shared-prefix,skewed-hot-prefix,independent,mooncake,accuracy",
+		"comma-separated scenarios to run (also: demo)")
+	pols := fs.String("policies", strings.Join(allPolicies, ","), "comma-separated policies (warmpath's config names, and oracle)")
+	scale := fs.Float64("time-scale", 0, "override every scenario's simulator time scale (simulated seconds per wall second)")
+	noSweep := fs.Bool("no-sweep", false, "skip the goodput sweeps")
+	publish := fs.String("publish", "", "also copy results.md and the SVG plots into this directory")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: bench [flags]\n\nRuns the routing benchmark scenarios once per policy through real Envoy and writes reports, plots and Markdown tables.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	root, err := harness.RepoRoot()
+	if err != nil {
+		return err
+	}
+	envoyBin, err := harness.FindEnvoy(root)
+	if err != nil {
+		return err
+	}
+	policies := splitList(*pols)
+	for _, p := range policies {
+		if !slices.Contains(allPolicies, p) {
+			return fmt.Errorf("unknown policy %q (have %s)", p, strings.Join(allPolicies, ", "))
+		}
+	}
+	all := scenarios(root)
+	var chosen []*scenario
+	for _, name := range splitList(*only) {
+		i := slices.IndexFunc(all, func(s *scenario) bool { return s.name == name })
+		if i < 0 {
+			return fmt.Errorf("unknown scenario %q", name)
+		}
+		chosen = append(chosen, all[i])
+	}
+	var md bytes.Buffer
+	writeHeader(&md, chosen)
+	started := time.Now()
+	for _, sc := range chosen {
+		if *scale > 0 {
+			sc.timeScale = *scale
+		}
+		dir := filepath.Join(*out, sc.name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("output dir: %w", err)
+		}
+		fmt.Fprintf(stderr, "bench: scenario %s (time scale %g), results in %s\n", sc.name, sc.timeScale, dir)
+		if err := runScenario(ctx, sc, policies, dir, root, envoyBin, !*noSweep, &md, stderr); err != nil {
+			return fmt.Errorf("scenario %s: %w", sc.name, err)
+		}
+		// Write what is done so far, so an interrupted run keeps its tables.
+		if err := os.WriteFile(filepath.Join(*out, "results.md"), md.Bytes(), 0o644); err != nil {
+			return fmt.Errorf("write results: %w", err)
+		}
+	}
+	fmt.Fprintf(&md, "\nBenchmark wall time: %s.\n", time.Since(started).Round(time.Second))
+	resPath := filepath.Join(*out, "results.md")
+	if err := os.WriteFile(resPath, md.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	stdout.Write(md.Bytes())
+	fmt.Fprintf(stdout, "\nTables: %s\nPlots and reports: %s/<scenario>/ (ttft-cdf.svg/.png, goodput.svg/.png, report-<policy>.json)\n", resPath, *out)
+	if *publish != "" {
+		if err := publishResults(*out, *publish, chosen); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "Published tables and SVG plots to %s\n", *publish)
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// runScenario runs one scenario for every policy (and its sweep), writes
+// its files into dir and its tables to md.
+func runScenario(ctx context.Context, sc *scenario, policies []string, dir, root, envoyBin string, sweep bool, md, progress io.Writer) error {
+	if sc.prepare != nil {
+		if err := sc.prepare(sc, dir); err != nil {
+			return err
+		}
+	}
+	setup := harness.Setup{Workers: sc.workers, TimeScale: sc.timeScale, Seed: 1, EnvoyBin: envoyBin,
+		Bootstrap: filepath.Join(root, "envoy/envoy.yaml")}
+	opt := harness.Options{Progress: progress}
+	results, err := harness.RunPolicies(ctx, setup, harness.Policies(policies...), sc.replay, filepath.Join(dir, "logs"), opt)
+	if err != nil {
+		return err
+	}
+	if err := writeReports(dir, results); err != nil {
+		return err
+	}
+	fmt.Fprintf(md, "\n## %s\n\n%s\n\n", sc.title, sc.about)
+	writeWorkers(md, sc)
+	writeTable(md, results, sc.replay.SLO)
+	if sc.accuracyWarmup > 0 {
+		writeAccuracy(md, results, sc.accuracyWarmup)
+	}
+	if err := plots(dir, results, md, sc.name); err != nil {
+		return err
+	}
+	if sc.sweep != nil && sweep {
+		var sp []string
+		for _, p := range sc.sweepPolicies {
+			if slices.Contains(policies, p) {
+				sp = append(sp, p)
+			}
+		}
+		rc := sc.replay
+		rc.Load = *sc.sweep
+		if rc.Workload.Kind == replay.WorkloadSynthetic {
+			rc.Workload.Synthetic.Requests = min(rc.Workload.Synthetic.Requests, 120)
+		}
+		sres, err := harness.RunPolicies(ctx, setup, harness.Policies(sp...), rc, filepath.Join(dir, "sweep", "logs"), opt)
+		if err != nil {
+			return fmt.Errorf("sweep: %w", err)
+		}
+		if err := writeReports(filepath.Join(dir, "sweep"), sres); err != nil {
+			return err
+		}
+		writeSweep(md, sres, rc.SLO)
+		if err := plots(filepath.Join(dir, "sweep"), sres, md, sc.name+"/sweep"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeReports(dir string, results []harness.PolicyResult) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write reports: %w", err)
+	}
+	for _, r := range results {
+		f, err := os.Create(filepath.Join(dir, "report-"+r.Policy+".json"))
+		if err != nil {
+			return fmt.Errorf("write reports: %w", err)
+		}
+		err = replay.WriteJSON(f, r.Report)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// plots draws the comparison's plots into dir and links them from md.
+func plots(dir string, results []harness.PolicyResult, md io.Writer, rel string) error {
+	reports := map[string]*replay.Report{}
+	for _, r := range results {
+		reports[r.Policy] = r.Report
+	}
+	base := ""
+	if _, ok := reports["random"]; ok {
+		base = "random"
+	}
+	cmp, err := replay.Compare(reports, base)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := replay.WriteMarkdown(&buf, cmp); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "comparison.md"), buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("write comparison: %w", err)
+	}
+	if _, err := replay.WritePlots(dir, cmp); err != nil {
+		return err
+	}
+	name := replay.PlotTTFTCDF
+	if strings.HasSuffix(rel, "/sweep") {
+		name = replay.PlotGoodput
+	}
+	fmt.Fprintf(md, "\n![%s](%s)\n", rel+" "+name, "bench/"+strings.ReplaceAll(rel, "/", "-")+"-"+name+".svg")
+	return nil
+}
+
+// publishResults copies results.md and each scenario's SVG plots (renamed
+// <scenario>[-sweep]-<plot>.svg) into dst.
+func publishResults(out, dst string, chosen []*scenario) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	copyFile := func(from, to string) error {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			return fmt.Errorf("publish: %w", err)
+		}
+		if err := os.WriteFile(to, b, 0o644); err != nil {
+			return fmt.Errorf("publish: %w", err)
+		}
+		return nil
+	}
+	if err := copyFile(filepath.Join(out, "results.md"), filepath.Join(dst, "results.md")); err != nil {
+		return err
+	}
+	for _, sc := range chosen {
+		for _, sub := range []string{"", "sweep"} {
+			for _, name := range []string{replay.PlotTTFTCDF, replay.PlotGoodput} {
+				src := filepath.Join(out, sc.name, sub, name+".svg")
+				if _, err := os.Stat(src); err != nil {
+					continue
+				}
+				tag := sc.name
+				if sub != "" {
+					tag += "-" + sub
+				}
+				if err := copyFile(src, filepath.Join(dst, tag+"-"+name+".svg")); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func writeHeader(w io.Writer, chosen []*scenario) {
+	fmt.Fprintf(w, "# Routing benchmark results\n\nGenerated by `go run ./e2e/cmd/bench` on %s.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(w, "Hardware: %s, %d CPUs visible to Go, %s/%s, %s. Everything runs on this one machine: the simulated workers "+
+		"and warmpath in the benchmark process, Envoy as a separate process.\n\n", cpuModel(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	fmt.Fprintf(w, "All times are **simulated seconds**: the simulators run faster than real time (the time scale of each "+
+		"scenario), the replayer measures wall time, and the reports are multiplied back by the time scale. Envoy, "+
+		"ext_proc and HTTP overheads (about 1–3 ms of wall time per request on this machine) are multiplied too, so short "+
+		"TTFTs carry a few tens of simulated milliseconds of harness overhead.\n")
+	var names []string
+	for _, s := range chosen {
+		names = append(names, s.name)
+	}
+	fmt.Fprintf(w, "\nScenarios: %s.\n", strings.Join(names, ", "))
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for _, ln := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(ln, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
+
+func writeWorkers(w io.Writer, sc *scenario) {
+	fmt.Fprintf(w, "Workers (time scale %g):\n\n| worker | profile | KV blocks | budget | step overhead | prefill/token | decode/seq |\n|---|---|---:|---:|---:|---:|---:|\n", sc.timeScale)
+	for _, ws := range sc.workers {
+		p, err := vllmsim.ProfileByName(ws.Profile)
+		if err != nil {
+			continue
+		}
+		e := p.Engine
+		if ws.Tune != nil {
+			ws.Tune(&e)
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %s | %s | %s |\n", ws.Name, ws.Profile, e.NumGPUBlocks, e.MaxNumBatchedTokens,
+			e.Step.Overhead, e.Step.PrefillPerToken, e.Step.DecodePerSeq)
+	}
+	fmt.Fprintln(w)
+}
+
+func writeTable(w io.Writer, results []harness.PolicyResult, slo replay.SLO) {
+	var base *replay.Summary
+	for _, r := range results {
+		if r.Policy == "random" && len(r.Report.Runs) > 0 {
+			base = &r.Report.Runs[0].Summary
+		}
+	}
+	fmt.Fprintf(w, "| policy | requests | failed | TTFT p50 | TTFT p90 | TTFT p99 | E2E p50 | E2E p90 | ITL p50 | req/min | goodput/min (`%s`) | cache hit | TTFT p50 vs random | leaked |\n", slo)
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range results {
+		if len(r.Report.Runs) == 0 {
+			continue
+		}
+		s := r.Report.Runs[0].Summary
+		vs := "–"
+		if base != nil && base.TTFT.P50 > 0 {
+			vs = fmt.Sprintf("%.2f×", s.TTFT.P50/base.TTFT.P50)
+		}
+		fmt.Fprintf(w, "| %s | %d | %d | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.1f%% | %s | %v |\n",
+			r.Policy, s.Requests, s.Failed, secs(s.TTFT.P50), secs(s.TTFT.P90), secs(s.TTFT.P99), secs(s.E2E.P50), secs(s.E2E.P90),
+			secs(s.ITL.P50), s.RequestsPerMinute, s.Goodput*60, s.CacheHitRate*100, vs, r.Leaked)
+	}
+	fmt.Fprintln(w)
+}
+
+func writeSweep(w io.Writer, results []harness.PolicyResult, slo replay.SLO) {
+	fmt.Fprintf(w, "\nGoodput sweep (`%s`), %d requests per rate:\n\n| policy | offered req/s | TTFT p50 | TTFT p90 | E2E p50 | completed req/min | SLO |\n|---|---:|---:|---:|---:|---:|---|\n",
+		slo, sweepRequests(results))
+	for _, r := range results {
+		for _, run := range r.Report.Runs {
+			s := run.Summary
+			met := "met"
+			if !s.SLOMet {
+				met = "missed"
+			}
+			fmt.Fprintf(w, "| %s | %.2f | %s | %s | %s | %.1f | %s |\n", r.Policy, run.Rate, secs(s.TTFT.P50), secs(s.TTFT.P90), secs(s.E2E.P50), s.RequestsPerMinute, met)
+		}
+	}
+	fmt.Fprintf(w, "\n| policy | peak goodput (req/min meeting the SLO) |\n|---|---:|\n")
+	for _, r := range results {
+		fmt.Fprintf(w, "| %s | %.1f |\n", r.Policy, r.Report.PeakGoodput)
+	}
+	fmt.Fprintln(w)
+}
+
+func sweepRequests(results []harness.PolicyResult) int {
+	for _, r := range results {
+		if len(r.Report.Runs) > 0 {
+			return r.Report.Runs[0].Summary.Requests
+		}
+	}
+	return 0
+}
+
+func writeAccuracy(w io.Writer, results []harness.PolicyResult, warmup int) {
+	fmt.Fprintf(w, "Prediction accuracy after %d warm-up decisions (predicted TTFT of the chosen worker against the TTFT warmpath observed; predicted cached tokens against the response's `cached_tokens`):\n\n", warmup)
+	fmt.Fprintln(w, "| policy | TTFT samples | median abs. error | p90 abs. error | median bias | cached-token samples | cached tokens exact |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	for _, r := range results {
+		a := harness.MeasureAccuracy(r.Records, warmup)
+		if a.TTFTSamples == 0 && a.CachedSamples == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %d | %s |\n", r.Policy, a.TTFTSamples, pct(a.MedianAPE), pct(a.P90APE), pct(a.MedianBias),
+			a.CachedSamples, pct(a.CachedExact*100))
+	}
+	fmt.Fprintln(w)
+}
+
+func secs(s float64) string {
+	if math.IsNaN(s) || math.IsInf(s, 0) {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f s", s)
+}
+
+func pct(v float64) string {
+	if math.IsNaN(v) {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f%%", v)
+}

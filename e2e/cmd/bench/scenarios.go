@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/warmpath/warmpath/e2e/harness"
+	"github.com/warmpath/warmpath/e2e/replay"
+	"github.com/warmpath/warmpath/e2e/vllmsim"
+)
+
+// scenario is one benchmark: workers, a workload in simulated time, and
+// what to report.
+type scenario struct {
+	name  string
+	title string
+	// about explains the scenario in BENCHMARKS.md.
+	about string
+	// workers and timeScale make the harness setup.
+	workers   []harness.WorkerSpec
+	timeScale float64
+	// replay is the workload and load, in simulated time.
+	replay replay.Config
+	// sweep, when set, also runs this load (a rate sweep) for sweepPolicies
+	// to find each one's peak goodput under replay.SLO.
+	sweep         *replay.LoadConfig
+	sweepPolicies []string
+	// accuracyWarmup > 0 reports warmpath's prediction accuracy after that
+	// many decisions.
+	accuracyWarmup int
+	// prepare writes input files (traces) into dir before the runs.
+	prepare func(s *scenario, dir string) error
+}
+
+func workers(n int, profile string, tune func(*vllmsim.EngineConfig)) []harness.WorkerSpec {
+	out := make([]harness.WorkerSpec, n)
+	for i := range out {
+		out[i] = harness.WorkerSpec{Name: fmt.Sprintf("w%d", i), Profile: profile, Tune: tune}
+	}
+	return out
+}
+
+func mustSLO(s string) replay.SLO {
+	slo, err := replay.ParseSLO(s)
+	if err != nil {
+		panic(err)
+	}
+	return slo
+}
+
+// tokenIDs is the workload base every scenario shares: exact token-id
+// prompts to /v1/completions (the simulator has no tokenizer in this build,
+// and ids make prompt lengths exact).
+func tokenIDs(kind replay.WorkloadKind) replay.WorkloadConfig {
+	return replay.WorkloadConfig{Kind: kind, API: replay.APICompletions, Model: "sim-model", TokenIDs: true, IgnoreEOS: true}
+}
+
+// scenarios returns every scenario, in report order. repoRoot locates
+// committed inputs (the Mooncake excerpt).
+func scenarios(repoRoot string) []*scenario {
+	seedShaped := tokenIDs(replay.WorkloadSynthetic)
+	seedShaped.Synthetic = replay.SyntheticConfig{Requests: 240, Prompt: replay.Dist{Mean: 512}, Output: replay.Dist{Mean: 256},
+		PrefixTokens: 14000, PrefixCount: 8}
+	sweepSeed := seedShaped
+	sweepSeed.Synthetic.Requests = 120
+
+	llmd := tokenIDs(replay.WorkloadSharedPrefix)
+	llmd.SharedPrefix = replay.SharedPrefixConfig{Groups: 40, PromptsPerGroup: 6, SystemPromptLen: 6000,
+		Question: replay.Dist{Mean: 1200}, Output: replay.Dist{Mean: 256}}
+
+	indep := tokenIDs(replay.WorkloadSynthetic)
+	indep.Synthetic = replay.SyntheticConfig{Requests: 300, Prompt: replay.Dist{Mean: 1024, Stdev: 512, Min: 64, Max: 4096},
+		Output: replay.Dist{Mean: 256, Stdev: 128, Min: 16, Max: 512}}
+
+	mooncake := tokenIDs(replay.WorkloadMooncake)
+	mooncake.Trace = replay.TraceConfig{Path: filepath.Join(repoRoot, "e2e/replay/testdata/mooncake-synthetic-head100.jsonl"),
+		MaxOutput: 256, MaxPrompt: 30000}
+
+	skew := tokenIDs(replay.WorkloadMooncake)
+	skew.Trace = replay.TraceConfig{MaxOutput: 128} // Path set by prepare
+
+	accuracy := tokenIDs(replay.WorkloadSharedPrefix)
+	accuracy.SharedPrefix = replay.SharedPrefixConfig{Groups: 16, PromptsPerGroup: 25, SystemPromptLen: 4000,
+		Question: replay.Dist{Mean: 600, Stdev: 300, Min: 32, Max: 2000}, Output: replay.Dist{Mean: 128, Stdev: 64, Min: 8, Max: 256}}
+
+	return []*scenario{
+		{
+			name:  "seed-shaped",
+			title: "Seed-shaped: 3 L40S-like workers, 8 prefixes of 14K tokens, GuideLLM-like 512/256",
+			about: "The shape of the public result warmpath answers: three L40S-class workers serving a ~27B FP8 model " +
+				"(profile `l40s-27b-fp8`: 4,300 blocks of 16 = 68,800 tokens of KV cache each, budget 2,048), GuideLLM-style " +
+				"requests of one of 8 shared 14,000-token prefixes (112K tokens in all: more than one worker's cache, less than " +
+				"three) plus a unique 512-token prompt, 256 output tokens, Poisson arrivals at 0.55 requests/s. The goodput " +
+				"sweep runs 120 requests per rate and takes the highest completed rate whose TTFT p90 is within 8 s.",
+			workers:   workers(3, "l40s-27b-fp8", nil),
+			timeScale: 20,
+			replay: replay.Config{Seed: 42, Workload: seedShaped, SLO: mustSLO("ttft:p90<=8s"),
+				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 0.55}},
+			sweep:         &replay.LoadConfig{Kind: replay.LoadSweep, Arrivals: replay.LoadPoisson, Rates: []float64{0.2, 0.4, 0.8, 1.2, 1.6, 2.0}},
+			sweepPolicies: []string{"warmpath", "random", "oracle"},
+		},
+		{
+			name:  "llm-d-shared-prefix",
+			title: "llm-d shared prefix, scaled down: 40 groups × 6K-token prefix, 4 H100-like workers",
+			about: "llm-d's inference-perf `shared_prefix` benchmark uses 150 groups × 5 prompts behind 6,000-token system " +
+				"prompts (1,200-token questions, 1,000-token answers) on 8–16 GPUs. Scaled down to fit this machine: 40 groups × " +
+				"6 prompts, 256-token answers, on 4 `h100-tp2-32b` workers whose caches are cut to 6,000 blocks (96K tokens) so " +
+				"that, as in the original, the prefix set (240K tokens) exceeds one worker's cache. Poisson at 4 requests/s.",
+			workers:   workers(4, "h100-tp2-32b", func(e *vllmsim.EngineConfig) { e.NumGPUBlocks = 6000 }),
+			timeScale: 20,
+			replay: replay.Config{Seed: 7, Workload: llmd, SLO: mustSLO("ttft:p90<=2s"),
+				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 4}},
+		},
+		{
+			name:  "skewed-hot-prefix",
+			title: "Skewed: one hot 8K-token prefix on 80% of requests, 3 L40S-like workers",
+			about: "A generated Mooncake-format trace (seeded; written next to the results): 400 requests, Poisson at 2.2 " +
+				"requests/s; 80% start with the same 8,192-token prefix followed by a unique 512-token tail, 20% are unique " +
+				"2,048-token prompts; 128 output tokens. Longest-prefix routing sends every hot request to one worker.",
+			workers:   workers(3, "l40s-27b-fp8", nil),
+			timeScale: 20,
+			replay: replay.Config{Seed: 3, Workload: skew, SLO: mustSLO("ttft:p90<=8s"),
+				Load: replay.LoadConfig{Kind: replay.LoadTrace, TimeScale: 1}},
+			prepare: func(s *scenario, dir string) error {
+				p := filepath.Join(dir, "skewed-trace.jsonl")
+				s.replay.Workload.Trace.Path = p
+				return writeSkewedTrace(p, 400, 2.2, 0.8, 3)
+			},
+		},
+		{
+			name:  "independent",
+			title: "Independent prompts: no shared prefix, 3 L40S-like workers",
+			about: "300 requests with no common prefix (1,024 ± 512 prompt tokens, 256 ± 128 output tokens), Poisson at 1 " +
+				"request/s: caches cannot help, so this checks that a cache-aware policy is no worse than load balancing.",
+			workers:   workers(3, "l40s-27b-fp8", nil),
+			timeScale: 20,
+			replay: replay.Config{Seed: 11, Workload: indep, SLO: mustSLO("ttft:p90<=8s"),
+				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 1}},
+		},
+		{
+			name:  "mooncake",
+			title: "Mooncake trace excerpt: first 100 requests, 4 H100-like workers",
+			about: "The first 100 requests (28 s) of Mooncake's `synthetic_trace.jsonl` (Apache-2.0; committed in " +
+				"e2e/replay/testdata), replayed at the recorded pace; hash ids expand to 512-token blocks; prompts cut at " +
+				"30,000 tokens and outputs at 256. Many requests share their first blocks.",
+			workers:   workers(4, "h100-tp2-32b", nil),
+			timeScale: 10,
+			replay: replay.Config{Seed: 1, Workload: mooncake, SLO: mustSLO("ttft:p90<=8s"),
+				Load: replay.LoadConfig{Kind: replay.LoadTrace, TimeScale: 1}},
+		},
+		{
+			name:  "accuracy",
+			title: "Prediction accuracy: 4 heterogeneous workers",
+			about: "Four workers warmpath is told nothing about: `l40s-27b-fp8` as is; one with half its prefill speed; one " +
+				"with half its token budget (1,024) and half its cache; one twice as fast (0.15 ms/token, 20 ms steps). " +
+				"400 requests from 16 groups behind 4,000-token prefixes (questions 600 ± 300 tokens, answers 128 ± 64), " +
+				"Poisson at 1.5 requests/s. Accuracy counts the 200 decisions after the first 200.",
+			workers: []harness.WorkerSpec{
+				{Name: "w0", Profile: "l40s-27b-fp8"},
+				{Name: "w1-slow", Profile: "l40s-27b-fp8", Tune: func(e *vllmsim.EngineConfig) { e.Step.PrefillPerToken = 600 * time.Microsecond }},
+				{Name: "w2-small", Profile: "l40s-27b-fp8", Tune: func(e *vllmsim.EngineConfig) {
+					e.MaxNumBatchedTokens, e.NumGPUBlocks = 1024, 2150
+				}},
+				{Name: "w3-fast", Profile: "l40s-27b-fp8", Tune: func(e *vllmsim.EngineConfig) {
+					e.Step.PrefillPerToken, e.Step.Overhead = 150*time.Microsecond, 20*time.Millisecond
+				}},
+			},
+			timeScale: 20,
+			replay: replay.Config{Seed: 5, Workload: accuracy, SLO: mustSLO("ttft:p90<=8s"),
+				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 1.5}},
+			accuracyWarmup: 200,
+		},
+		{
+			name:  "demo",
+			title: "Demo: a short shared-prefix workload on 3 L40S-like workers",
+			about: "60 requests behind 6 shared 8,000-token prefixes on three workers whose caches hold about two each.",
+			workers: workers(3, "l40s-27b-fp8", func(e *vllmsim.EngineConfig) { e.NumGPUBlocks = 1500 }),
+			timeScale: 20,
+			replay: replay.Config{Seed: 9, Workload: func() replay.WorkloadConfig {
+				w := tokenIDs(replay.WorkloadSharedPrefix)
+				w.SharedPrefix = replay.SharedPrefixConfig{Groups: 6, PromptsPerGroup: 10, SystemPromptLen: 8000,
+					Question: replay.Dist{Mean: 256}, Output: replay.Dist{Mean: 64}}
+				return w
+			}(), SLO: mustSLO("ttft:p90<=8s"), Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 0.5}},
+		},
+	}
+}
+
+// writeSkewedTrace writes a Mooncake-format trace of n requests at rate
+// (Poisson): a hot fraction share the same 16 leading hash ids (8,192
+// tokens) and add one unique id; the others are 4 unique ids.
+func writeSkewedTrace(path string, n int, rate, hot float64, seed uint64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("skewed trace: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	r := rand.New(rand.NewPCG(seed, 0x5e3d))
+	next := 16 // ids 0..15 are the hot prefix
+	t := 0.0
+	enc := json.NewEncoder(w)
+	for range n {
+		var ids []int
+		if r.Float64() < hot {
+			for i := range 16 {
+				ids = append(ids, i)
+			}
+			ids = append(ids, next)
+			next++
+		} else {
+			for range 4 {
+				ids = append(ids, next)
+				next++
+			}
+		}
+		rec := struct {
+			Timestamp    int   `json:"timestamp"`
+			InputLength  int   `json:"input_length"`
+			OutputLength int   `json:"output_length"`
+			HashIDs      []int `json:"hash_ids"`
+		}{int(t * 1000), len(ids) * 512, 128, ids}
+		if err := enc.Encode(rec); err != nil {
+			f.Close()
+			return fmt.Errorf("skewed trace: %w", err)
+		}
+		t += r.ExpFloat64() / rate
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("skewed trace: %w", err)
+	}
+	return f.Close()
+}
