@@ -176,10 +176,10 @@ func scenarios(repoRoot string) []*scenario {
 			accuracyWarmup: 200,
 		},
 		{
-			name:  "demo",
-			title: "Demo: a short shared-prefix workload on 3 L40S-like workers",
-			about: "60 requests behind 6 shared 8,000-token prefixes on three workers whose caches hold about two each.",
-			workers: workers(3, "l40s-27b-fp8", func(e *vllmsim.EngineConfig) { e.NumGPUBlocks = 1500 }),
+			name:      "demo",
+			title:     "Demo: a short shared-prefix workload on 3 L40S-like workers",
+			about:     "60 requests behind 6 shared 8,000-token prefixes on three workers whose caches hold about two each.",
+			workers:   workers(3, "l40s-27b-fp8", func(e *vllmsim.EngineConfig) { e.NumGPUBlocks = 1500 }),
 			timeScale: 20,
 			replay: replay.Config{Seed: 9, Workload: func() replay.WorkloadConfig {
 				w := tokenIDs(replay.WorkloadSharedPrefix)
