@@ -90,6 +90,7 @@ func TestOraclePicks(t *testing.T) {
 			}
 		}
 		p.Done(d1, scoring.Outcome{End: scoring.EndCompleted})
+		p.Done(d2, scoring.Outcome{End: scoring.EndCompleted})
 		d3, _ := p.Pick(t.Context(), &scoring.Request{TokenIDs: second}, ws)
 		for _, c := range d3.Candidates {
 			if c.CachedTokens != 0 {
