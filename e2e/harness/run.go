@@ -27,6 +27,12 @@ type PolicyResult struct {
 	Records []Record
 	// LogDir holds every process's log of this run.
 	LogDir string
+	// StepLag is the simulators' mean engine step lag in simulated time:
+	// how late, on average, a step started against its schedule because
+	// the machine was busy (vllmsim_step_lag_seconds, times the time scale).
+	// It is the harness's fidelity: every step effectively lasted this much
+	// longer than the profile says.
+	StepLag time.Duration
 }
 
 // Options tune RunPolicies.
@@ -88,6 +94,9 @@ func RunPolicy(ctx context.Context, setup Setup, policy Policy, rc replay.Config
 	rep, runErr := replay.Run(ctx, wall, ropts...)
 	leaked, idleErr := st.WaitIdle(ctx, opt.DrainTimeout)
 	res := &PolicyResult{Policy: policy.Name, Leaked: leaked, LogDir: logDir}
+	if lag, err := st.StepLag(ctx); err == nil {
+		res.StepLag = time.Duration(float64(lag) * setup.TimeScale)
+	}
 	if r := st.recorder(); r != nil {
 		res.Records = r.Records()
 	}

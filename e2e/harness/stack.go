@@ -337,6 +337,28 @@ func (s *Stack) InFlight(ctx context.Context) (float64, error) {
 	return scrapeSum(ctx, "http://"+s.Admin+"/metrics", "warmpath_assignments_in_flight")
 }
 
+// StepLag returns the mean wall-time lag of the simulators' engine steps
+// (vllmsim_step_lag_seconds sum over count, all workers together).
+func (s *Stack) StepLag(ctx context.Context) (time.Duration, error) {
+	var sum, n float64
+	for _, sim := range s.Sims {
+		url := "http://" + sim.Server.HTTPAddr() + "/metrics"
+		v, err := scrapeSum(ctx, url, "vllmsim_step_lag_seconds_sum")
+		if err != nil {
+			return 0, err
+		}
+		c, err := scrapeSum(ctx, url, "vllmsim_step_lag_seconds_count")
+		if err != nil {
+			return 0, err
+		}
+		sum, n = sum+v, n+c
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	return time.Duration(sum / n * float64(time.Second)), nil
+}
+
 // WaitIdle polls InFlight until it reads 0 or timeout passes, and returns
 // the last value read: the leaked assignments.
 func (s *Stack) WaitIdle(ctx context.Context, timeout time.Duration) (float64, error) {

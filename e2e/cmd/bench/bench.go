@@ -149,7 +149,7 @@ func runScenario(ctx context.Context, sc *scenario, policies []string, dir, root
 		rc := sc.replay
 		rc.Load = *sc.sweep
 		if rc.Workload.Kind == replay.WorkloadSynthetic {
-			rc.Workload.Synthetic.Requests = min(rc.Workload.Synthetic.Requests, 120)
+			rc.Workload.Synthetic.Requests = min(rc.Workload.Synthetic.Requests, 80)
 		}
 		sres, err := harness.RunPolicies(ctx, setup, harness.Policies(sp...), rc, filepath.Join(dir, "sweep", "logs"), opt)
 		if err != nil {
@@ -309,8 +309,8 @@ func writeTable(w io.Writer, results []harness.PolicyResult, slo replay.SLO) {
 			base = &r.Report.Runs[0].Summary
 		}
 	}
-	fmt.Fprintf(w, "| policy | requests | failed | TTFT p50 | TTFT p90 | TTFT p99 | E2E p50 | E2E p90 | ITL p50 | req/min | goodput/min (`%s`) | cache hit | TTFT p50 vs random | leaked |\n", slo)
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintf(w, "| policy | requests | failed | TTFT p50 | TTFT p90 | TTFT p99 | E2E p50 | E2E p90 | ITL p50 | req/min | goodput/min (`%s`) | cache hit | TTFT p50 vs random | leaked | send lag p90 | step lag |\n", slo)
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range results {
 		if len(r.Report.Runs) == 0 {
 			continue
@@ -320,9 +320,10 @@ func writeTable(w io.Writer, results []harness.PolicyResult, slo replay.SLO) {
 		if base != nil && base.TTFT.P50 > 0 {
 			vs = fmt.Sprintf("%.2f×", s.TTFT.P50/base.TTFT.P50)
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.1f%% | %s | %v |\n",
+		fmt.Fprintf(w, "| %s | %d | %d | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.1f%% | %s | %v | %s | %.0f ms |\n",
 			r.Policy, s.Requests, s.Failed, secs(s.TTFT.P50), secs(s.TTFT.P90), secs(s.TTFT.P99), secs(s.E2E.P50), secs(s.E2E.P90),
-			secs(s.ITL.P50), s.RequestsPerMinute, s.Goodput*60, s.CacheHitRate*100, vs, r.Leaked)
+			secs(s.ITL.P50), s.RequestsPerMinute, s.Goodput*60, s.CacheHitRate*100, vs, r.Leaked,
+			secs(sendLag(r.Report.Runs[0], 0.9)), r.StepLag.Seconds()*1000)
 	}
 	fmt.Fprintln(w)
 }
@@ -345,6 +346,21 @@ func writeSweep(w io.Writer, results []harness.PolicyResult, slo replay.SLO) {
 		fmt.Fprintf(w, "| %s | %.1f |\n", r.Policy, r.Report.PeakGoodput)
 	}
 	fmt.Fprintln(w)
+}
+
+// sendLag is the q-quantile of how late the replayer sent requests
+// against their schedule, in seconds: the client side of the harness's
+// fidelity.
+func sendLag(run replay.RunReport, q float64) float64 {
+	if len(run.Requests) == 0 {
+		return math.NaN()
+	}
+	lags := make([]float64, len(run.Requests))
+	for i, r := range run.Requests {
+		lags[i] = (r.Sent - r.Scheduled).Seconds()
+	}
+	slices.Sort(lags)
+	return lags[min(int(q*float64(len(lags))), len(lags)-1)]
 }
 
 func sweepRequests(results []harness.PolicyResult) int {

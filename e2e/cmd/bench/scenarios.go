@@ -64,17 +64,15 @@ func tokenIDs(kind replay.WorkloadKind) replay.WorkloadConfig {
 // committed inputs (the Mooncake excerpt).
 func scenarios(repoRoot string) []*scenario {
 	seedShaped := tokenIDs(replay.WorkloadSynthetic)
-	seedShaped.Synthetic = replay.SyntheticConfig{Requests: 240, Prompt: replay.Dist{Mean: 512}, Output: replay.Dist{Mean: 256},
+	seedShaped.Synthetic = replay.SyntheticConfig{Requests: 150, Prompt: replay.Dist{Mean: 512}, Output: replay.Dist{Mean: 256},
 		PrefixTokens: 14000, PrefixCount: 8}
-	sweepSeed := seedShaped
-	sweepSeed.Synthetic.Requests = 120
 
 	llmd := tokenIDs(replay.WorkloadSharedPrefix)
 	llmd.SharedPrefix = replay.SharedPrefixConfig{Groups: 40, PromptsPerGroup: 6, SystemPromptLen: 6000,
 		Question: replay.Dist{Mean: 1200}, Output: replay.Dist{Mean: 256}}
 
 	indep := tokenIDs(replay.WorkloadSynthetic)
-	indep.Synthetic = replay.SyntheticConfig{Requests: 300, Prompt: replay.Dist{Mean: 1024, Stdev: 512, Min: 64, Max: 4096},
+	indep.Synthetic = replay.SyntheticConfig{Requests: 200, Prompt: replay.Dist{Mean: 1024, Stdev: 512, Min: 64, Max: 4096},
 		Output: replay.Dist{Mean: 256, Stdev: 128, Min: 16, Max: 512}}
 
 	mooncake := tokenIDs(replay.WorkloadMooncake)
@@ -95,14 +93,14 @@ func scenarios(repoRoot string) []*scenario {
 			about: "The shape of the public result warmpath answers: three L40S-class workers serving a ~27B FP8 model " +
 				"(profile `l40s-27b-fp8`: 4,300 blocks of 16 = 68,800 tokens of KV cache each, budget 2,048), GuideLLM-style " +
 				"requests of one of 8 shared 14,000-token prefixes (112K tokens in all: more than one worker's cache, less than " +
-				"three) plus a unique 512-token prompt, 256 output tokens, Poisson arrivals at 0.55 requests/s. The goodput " +
-				"sweep runs 120 requests per rate and takes the highest completed rate whose TTFT p90 is within 8 s.",
+				"three) plus a unique 512-token prompt, 256 output tokens, 150 requests with Poisson arrivals at 0.45 requests/s. " +
+				"The goodput sweep runs 80 requests per rate and takes the highest completed rate whose TTFT p90 is within 8 s.",
 			workers:   workers(3, "l40s-27b-fp8", nil),
-			timeScale: 20,
+			timeScale: 10,
 			replay: replay.Config{Seed: 42, Workload: seedShaped, SLO: mustSLO("ttft:p90<=8s"),
-				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 0.55}},
-			sweep:         &replay.LoadConfig{Kind: replay.LoadSweep, Arrivals: replay.LoadPoisson, Rates: []float64{0.2, 0.4, 0.8, 1.2, 1.6, 2.0}},
-			sweepPolicies: []string{"warmpath", "random", "oracle"},
+				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 0.45}},
+			sweep:         &replay.LoadConfig{Kind: replay.LoadSweep, Arrivals: replay.LoadPoisson, Rates: []float64{0.2, 0.4, 0.7, 1.0}},
+			sweepPolicies: []string{"warmpath", "random"},
 		},
 		{
 			name:  "llm-d-shared-prefix",
@@ -112,33 +110,33 @@ func scenarios(repoRoot string) []*scenario {
 				"6 prompts, 256-token answers, on 4 `h100-tp2-32b` workers whose caches are cut to 6,000 blocks (96K tokens) so " +
 				"that, as in the original, the prefix set (240K tokens) exceeds one worker's cache. Poisson at 4 requests/s.",
 			workers:   workers(4, "h100-tp2-32b", func(e *vllmsim.EngineConfig) { e.NumGPUBlocks = 6000 }),
-			timeScale: 20,
+			timeScale: 10,
 			replay: replay.Config{Seed: 7, Workload: llmd, SLO: mustSLO("ttft:p90<=2s"),
 				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 4}},
 		},
 		{
 			name:  "skewed-hot-prefix",
 			title: "Skewed: one hot 8K-token prefix on 80% of requests, 3 L40S-like workers",
-			about: "A generated Mooncake-format trace (seeded; written next to the results): 400 requests, Poisson at 2.2 " +
+			about: "A generated Mooncake-format trace (seeded; written next to the results): 240 requests, Poisson at 2 " +
 				"requests/s; 80% start with the same 8,192-token prefix followed by a unique 512-token tail, 20% are unique " +
 				"2,048-token prompts; 128 output tokens. Longest-prefix routing sends every hot request to one worker.",
 			workers:   workers(3, "l40s-27b-fp8", nil),
-			timeScale: 20,
+			timeScale: 10,
 			replay: replay.Config{Seed: 3, Workload: skew, SLO: mustSLO("ttft:p90<=8s"),
 				Load: replay.LoadConfig{Kind: replay.LoadTrace, TimeScale: 1}},
 			prepare: func(s *scenario, dir string) error {
 				p := filepath.Join(dir, "skewed-trace.jsonl")
 				s.replay.Workload.Trace.Path = p
-				return writeSkewedTrace(p, 400, 2.2, 0.8, 3)
+				return writeSkewedTrace(p, 240, 2, 0.8, 3)
 			},
 		},
 		{
 			name:  "independent",
 			title: "Independent prompts: no shared prefix, 3 L40S-like workers",
-			about: "300 requests with no common prefix (1,024 ± 512 prompt tokens, 256 ± 128 output tokens), Poisson at 1 " +
+			about: "200 requests with no common prefix (1,024 ± 512 prompt tokens, 256 ± 128 output tokens), Poisson at 1 " +
 				"request/s: caches cannot help, so this checks that a cache-aware policy is no worse than load balancing.",
 			workers:   workers(3, "l40s-27b-fp8", nil),
-			timeScale: 20,
+			timeScale: 10,
 			replay: replay.Config{Seed: 11, Workload: indep, SLO: mustSLO("ttft:p90<=8s"),
 				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 1}},
 		},
@@ -170,7 +168,7 @@ func scenarios(repoRoot string) []*scenario {
 					e.Step.PrefillPerToken, e.Step.Overhead = 150*time.Microsecond, 20*time.Millisecond
 				}},
 			},
-			timeScale: 20,
+			timeScale: 10,
 			replay: replay.Config{Seed: 5, Workload: accuracy, SLO: mustSLO("ttft:p90<=8s"),
 				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 1.5}},
 			accuracyWarmup: 200,
