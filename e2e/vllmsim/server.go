@@ -148,6 +148,10 @@ func (s *Server) Close() {
 	}
 }
 
+// Config returns the server's configuration (engine parameters included),
+// for harnesses that model the workers they drive.
+func (s *Server) Config() Config { return s.cfg }
+
 // HTTPAddr returns the host:port the HTTP API listens on.
 func (s *Server) HTTPAddr() string { return s.ln.Addr().String() }
 
