@@ -172,7 +172,7 @@ func TestCaptureWorkload(t *testing.T) {
 	concurrency := map[string]int{"shared": 1, "repeat": 1, "burst": 8, "evict": 4, "recheck": 1, "after_reset": 1}
 	next := 0
 	inflight := 0
-	var submit func()
+	submit := func() {}
 	submit = func() {
 		for next < len(want) && inflight < concurrency[want[next].Phase] {
 			if inflight > 0 && next > 0 && want[next].Phase != want[next-1].Phase {

@@ -93,7 +93,6 @@ type rank struct {
 	pending int // submitted and not finished, for load balancing
 	reset   []chan bool
 	wake    chan struct{}
-	restart bool
 }
 
 func newRank(id int, eng *Engine, clock scaledClock, pub *publisher, met *rankMetrics) *rank {
