@@ -2,6 +2,7 @@ package vllmsim
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -79,10 +80,12 @@ type RankState struct {
 // rank runs one engine on the scaled clock. The engine is touched only
 // under mu: by the loop around each step, and by State and CachedPrefix.
 type rank struct {
-	id    int
-	clock scaledClock
-	pub   *publisher // nil when events are off
-	met   *rankMetrics
+	id     int
+	clock  scaledClock
+	pub    *publisher // nil when events are off
+	met    *rankMetrics
+	faults func() *Faults
+	rng    *rand.Rand // owned by run
 
 	mu      sync.Mutex
 	eng     *Engine
@@ -95,8 +98,9 @@ type rank struct {
 	wake    chan struct{}
 }
 
-func newRank(id int, eng *Engine, clock scaledClock, pub *publisher, met *rankMetrics) *rank {
-	return &rank{id: id, eng: eng, clock: clock, pub: pub, met: met,
+func newRank(id int, eng *Engine, clock scaledClock, pub *publisher, met *rankMetrics, faults func() *Faults) *rank {
+	return &rank{id: id, eng: eng, clock: clock, pub: pub, met: met, faults: faults,
+		rng:  rand.New(rand.NewPCG(eng.Config().Seed, 0x57a11)),
 		live: make(map[*Request]*liveRequest), wake: make(chan struct{}, 1)}
 }
 
@@ -228,6 +232,15 @@ func (r *rank) run(ctx context.Context) error {
 		res := r.eng.Step(t)
 		r.observeQueues()
 		r.mu.Unlock()
+		if f := r.faults(); f.StallFraction > 0 && r.rng.Float64() < f.StallFraction {
+			res.Duration += f.Stall
+			for i := range res.Outputs {
+				if res.Outputs[i].Index == 0 {
+					res.Outputs[i].FirstToken += f.Stall
+				}
+			}
+			r.met.stalls.Inc()
+		}
 
 		r.met.stepLag.Observe(max(0, time.Since(r.clock.wall(t)).Seconds()))
 		end := t + res.Duration

@@ -123,7 +123,7 @@ func NewServer(cfg Config, opts ...Option) (*Server, error) {
 			}
 			s.pubs = append(s.pubs, pub)
 		}
-		s.ranks = append(s.ranks, newRank(i, eng, clock, pub, met))
+		s.ranks = append(s.ranks, newRank(i, eng, clock, pub, met, s.faults.Load))
 	}
 	if s.ln == nil {
 		s.ln, err = net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))

@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/zeromq/goczmq"
 )
 
@@ -633,4 +635,27 @@ func TestServerConnectModePublisher(t *testing.T) {
 		return
 	}
 	t.Fatal("no KV-event batch reached the bound SUB")
+}
+
+// TestServerStallFault checks that an engine stall lengthens the step in
+// simulated time, which the engine's own TTFT reports.
+func TestServerStallFault(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.KVEvents.EnableKVCacheEvents = false
+	cfg.TimeScale = 1000
+	cfg.Faults = Faults{StallFraction: 1, Stall: 10 * time.Second}
+	srv := startServer(t, cfg)
+	checkCompletionStream(t, streamCompletion(t, srv, synthTokens(3, 40), 2), 2)
+	m := srv.ranks[0].met
+	if n := testutil.ToFloat64(m.stalls); n != 2 {
+		t.Errorf("%v stalled steps, want 2 (one per step)", n)
+	}
+	h := &dto.Metric{}
+	if err := srv.met.ttft.WithLabelValues("sim-model", "0").(prometheus.Histogram).Write(h); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.GetHistogram().GetSampleSum(); got < 10 || got > 10.1 {
+		t.Errorf("engine TTFT %vs, want 10s of stall plus one short step", got)
+	}
 }
