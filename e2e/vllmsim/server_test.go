@@ -422,6 +422,21 @@ func TestServerChatAndMessagesStreams(t *testing.T) {
 		t.Errorf("messages response %+v", msg)
 	}
 
+	// Text completions use the tokenizer; a list of strings is one choice each.
+	resp = post(t, t.Context(), srv.HTTPAddr(), "/v1/completions", `{"prompt":["abcd","ef"],"max_tokens":2}`)
+	var cmpl struct {
+		Choices []struct {
+			Index int    `json:"index"`
+			Text  string `json:"text"`
+		} `json:"choices"`
+		Usage usageMsg `json:"usage"`
+	}
+	json.NewDecoder(resp.Body).Decode(&cmpl)
+	resp.Body.Close()
+	if len(cmpl.Choices) != 2 || cmpl.Choices[1].Index != 1 || cmpl.Usage.PromptTokens != 6 || cmpl.Usage.CompletionTokens != 4 {
+		t.Errorf("text completions %+v", cmpl)
+	}
+
 	resp = post(t, t.Context(), srv.HTTPAddr(), "/tokenize", `{"prompt":"abc"}`)
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
