@@ -297,20 +297,20 @@ func (r *rank) account(res StepResult) {
 	m.hits.Add(float64(res.Hits))
 	m.preemptions.Add(float64(res.Preempted))
 	m.generationTokens.Add(float64(len(res.Outputs)))
-	end := (res.Start + res.Duration).Seconds()
+	end := res.Start + res.Duration
 	for _, o := range res.Outputs {
 		if o.Index == 0 {
 			// As vLLM, prompt tokens count the whole prompt, cached or not,
 			// when its prefill completes.
 			m.promptTokens.Add(float64(o.PromptTokens))
-			m.ttft.Observe(o.FirstToken.Seconds() - o.Arrival.Seconds())
-			m.queueTime.Observe(o.Scheduled.Seconds() - o.Arrival.Seconds())
-			m.prefillTime.Observe(o.FirstToken.Seconds() - o.Scheduled.Seconds())
+			m.ttft.Observe((o.FirstToken - o.Arrival).Seconds())
+			m.queueTime.Observe((o.Scheduled - o.Arrival).Seconds())
+			m.prefillTime.Observe((o.FirstToken - o.Scheduled).Seconds())
 		} else {
 			m.itl.Observe(res.Duration.Seconds())
 		}
 		if o.Finished {
-			m.e2e.Observe(end - o.Arrival.Seconds())
+			m.e2e.Observe((end - o.Arrival).Seconds())
 			m.success.WithLabelValues("length").Inc()
 		}
 	}

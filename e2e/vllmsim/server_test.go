@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -672,5 +673,38 @@ func TestServerStallFault(t *testing.T) {
 	}
 	if got := h.GetHistogram().GetSampleSum(); got < 10 || got > 10.1 {
 		t.Errorf("engine TTFT %vs, want 10s of stall plus one short step", got)
+	}
+}
+
+// TestServerSameDecisionsAtAnyTimeScale runs one sequential workload on
+// live servers at time scales 5 and 200: the engine's decisions (hits)
+// and its simulated latencies must be identical.
+func TestServerSameDecisionsAtAnyTimeScale(t *testing.T) {
+	t.Parallel()
+	type result struct{ ttftSum, e2eSum, hits, queries float64 }
+	run := func(scale float64) result {
+		cfg := testConfig(t)
+		cfg.KVEvents.EnableKVCacheEvents = false
+		cfg.TimeScale = scale
+		srv := startServer(t, cfg)
+		prefix := synthTokens(90, 300)
+		for i := range 8 {
+			p := append(slices.Clip(prefix), synthTokens(uint64(91+i), 40+i)...)
+			checkCompletionStream(t, streamCompletion(t, srv, p, 3), 3)
+		}
+		sum := func(o prometheus.Observer) float64 {
+			m := &dto.Metric{}
+			o.(prometheus.Histogram).Write(m)
+			return m.GetHistogram().GetSampleSum()
+		}
+		rm := srv.ranks[0].met
+		return result{sum(rm.ttft), sum(rm.e2e), testutil.ToFloat64(rm.hits), testutil.ToFloat64(rm.queries)}
+	}
+	slow, fast := run(5), run(200)
+	if slow != fast {
+		t.Errorf("time scale 5: %+v; time scale 200: %+v", slow, fast)
+	}
+	if slow.hits != 7*288 {
+		t.Errorf("hits %v, want 7 × 288", slow.hits)
 	}
 }
