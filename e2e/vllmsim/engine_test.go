@@ -271,3 +271,25 @@ func TestEngineCacheSaltOnTheWire(t *testing.T) {
 		t.Errorf("other salt: cached %d, want 0", got)
 	}
 }
+
+// TestProfilesValid checks every built-in profile builds an engine and
+// that a full-budget prefill step costs what its comments derive.
+func TestProfilesValid(t *testing.T) {
+	t.Parallel()
+	for _, p := range Profiles() {
+		t.Run(p.Name, func(t *testing.T) {
+			t.Parallel()
+			if _, err := NewEngine(p.Engine); err != nil {
+				t.Fatal(err)
+			}
+			c := p.Engine.Step
+			full := c.Duration(p.Engine.MaxNumBatchedTokens, 0, p.Engine.MaxNumBatchedTokens)
+			if full <= c.Overhead || full > 2*time.Second {
+				t.Errorf("a full-budget prefill step takes %v", full)
+			}
+		})
+	}
+	if _, err := ProfileByName("nope"); err == nil {
+		t.Error("unknown profile accepted")
+	}
+}
