@@ -40,8 +40,8 @@ type (
 		defaults []expr // aligned to the end of params, as in Python
 		body     []node
 	}
-	scopeNode    struct{ body []node }
-	withNode     struct {
+	scopeNode struct{ body []node }
+	withNode  struct {
 		names []string
 		xs    []expr
 		body  []node
@@ -64,7 +64,7 @@ type (
 		x    expr
 		attr string
 	}
-	itemExpr struct{ x, index expr }
+	itemExpr  struct{ x, index expr }
 	sliceExpr struct {
 		x                 expr
 		start, stop, step expr
@@ -103,13 +103,13 @@ type (
 		ops   []string
 		rest  []expr
 	}
-	andExpr   struct{ l, r expr }
-	orExpr    struct{ l, r expr }
-	notExpr   struct{ x expr }
-	condExpr  struct{ test, yes, no expr }
-	listExpr  struct{ items []expr }
-	tupleExpr struct{ items []expr }
-	dictExpr  struct{ keys, vals []expr }
+	andExpr    struct{ l, r expr }
+	orExpr     struct{ l, r expr }
+	notExpr    struct{ x expr }
+	condExpr   struct{ test, yes, no expr }
+	listExpr   struct{ items []expr }
+	tupleExpr  struct{ items []expr }
+	dictExpr   struct{ keys, vals []expr }
 	concatExpr struct{ parts []expr }
 )
 
