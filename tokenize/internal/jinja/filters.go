@@ -25,7 +25,7 @@ func (r *renderer) applyFilter(f *filterExpr, x Value, s *scope) (Value, error) 
 
 // arg returns positional argument i or keyword name, or def.
 func arg(args []Value, kwargs *Dict, i int, name string, def Value) Value {
-	if i < len(args) {
+	if i >= 0 && i < len(args) {
 		return args[i]
 	}
 	if v, ok := kwargs.Get(name); ok {

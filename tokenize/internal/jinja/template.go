@@ -1,6 +1,7 @@
 package jinja
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -29,6 +30,10 @@ func Compile(src string) (*Template, error) {
 	return &Template{body: body}, nil
 }
 
+// ErrInternal is wrapped by the error Render returns if rendering hit a bug
+// in this package; it is never expected and fuzz tests assert its absence.
+var ErrInternal = errors.New("internal template engine error")
+
 // RenderOptions are the per-render inputs besides the variables.
 type RenderOptions struct {
 	// Now is the clock behind strftime_now; nil means time.Now.
@@ -37,7 +42,12 @@ type RenderOptions struct {
 
 // Render renders the template with vars as its top-level variables. Values in
 // vars are read, never modified. Errors are *Error or wrap ErrRaised.
-func (t *Template) Render(vars *Dict, opts RenderOptions) (string, error) {
+func (t *Template) Render(vars *Dict, opts RenderOptions) (out string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = "", fmt.Errorf("%w: %v", ErrInternal, p)
+		}
+	}()
 	r := &renderer{now: opts.Now}
 	if r.now == nil {
 		r.now = time.Now
