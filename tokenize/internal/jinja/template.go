@@ -69,3 +69,12 @@ func Repr(v Value) string { return repr(v) }
 
 // Str formats v as Python's str() does.
 func Str(v Value) string { return str(v) }
+
+// ToJSON serialises v as Python's json.dumps(v, ensure_ascii=False) does.
+func ToJSON(v Value) (string, error) {
+	var b strings.Builder
+	if err := dumpJSON(&b, v, &jsonOpts{itemSep: ", ", keySep: ": "}, 0); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}

