@@ -16,6 +16,12 @@ import (
 // OpenAI function tools. Errors wrap ErrBadRequest, ErrUnsupported or
 // ErrTemplate.
 func (c *ChatTemplate) RenderAnthropic(body []byte) (string, error) {
+	out, err := c.renderAnthropic(body)
+	c.metrics.observe("anthropic", err)
+	return out, err
+}
+
+func (c *ChatTemplate) renderAnthropic(body []byte) (string, error) {
 	v, err := jinja.ParseJSON(body)
 	if err != nil {
 		return "", fmt.Errorf("parse messages request: %w: %w", ErrBadRequest, err)

@@ -37,6 +37,7 @@ type ChatTemplate struct {
 	// openaiContent is true when the default template iterates over message
 	// content, so vLLM passes content as a list of parts ("openai" format).
 	openaiContent map[string]bool
+	metrics       *ChatMetrics
 }
 
 // ChatOption configures LoadChatTemplate.

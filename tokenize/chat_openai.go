@@ -14,6 +14,12 @@ import (
 // form (1.0 stays a float, big integers stay exact) and objects keep their
 // key order. Errors wrap ErrBadRequest, ErrUnsupported or ErrTemplate.
 func (c *ChatTemplate) RenderOpenAI(body []byte) (string, error) {
+	out, err := c.renderOpenAI(body)
+	c.metrics.observe("openai", err)
+	return out, err
+}
+
+func (c *ChatTemplate) renderOpenAI(body []byte) (string, error) {
 	v, err := jinja.ParseJSON(body)
 	if err != nil {
 		return "", fmt.Errorf("parse chat request: %w: %w", ErrBadRequest, err)
