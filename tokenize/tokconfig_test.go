@@ -71,13 +71,13 @@ func TestLoadChatTemplateForms(t *testing.T) {
 			want: "<s>|</s>||<img>|",
 		},
 		{
-			name: "named templates pick default",
+			name:  "named templates pick default",
 			files: map[string]string{"tokenizer_config.json": `{"chat_template": [{"name": "default", "template": "D{{ tools is none }}"}, {"name": "tool_use", "template": "T{{ tools | length }}"}]}`},
 			body:  `{"messages": [{"role": "user", "content": "x"}]}`,
 			want:  "DTrue",
 		},
 		{
-			name: "named templates pick tool_use with tools",
+			name:  "named templates pick tool_use with tools",
 			files: map[string]string{"tokenizer_config.json": `{"chat_template": [{"name": "default", "template": "D"}, {"name": "tool_use", "template": "T{{ tools | length }}"}]}`},
 			body:  `{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]}`,
 			want:  "T1",
