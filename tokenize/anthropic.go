@@ -42,6 +42,7 @@ func (c *ChatTemplate) renderAnthropic(body []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	in.SizeHint = len(body)
 	return c.render(in)
 }
 

@@ -131,6 +131,9 @@ type ChatInput struct {
 	// Kwargs are extra template variables (chat_template_kwargs), applied
 	// last so they override everything else, as in vLLM.
 	Kwargs *jinja.Dict
+	// SizeHint is the expected size of the rendered prompt in bytes (the
+	// request body's size is a good one); zero means no hint.
+	SizeHint int
 }
 
 const continueTag = "CONTINUE_FINAL_MESSAGE_TAG "
@@ -192,7 +195,7 @@ func (c *ChatTemplate) render(in *ChatInput) (string, error) {
 	vars.Set("tools", tools)
 	vars.Set("documents", docs)
 	vars.Set("add_generation_prompt", agp)
-	out, err := tmpl.Render(vars, jinja.RenderOptions{Now: c.now})
+	out, err := tmpl.Render(vars, jinja.RenderOptions{Now: c.now, SizeHint: in.SizeHint + len(src)})
 	if err != nil {
 		return "", fmt.Errorf("render chat template %q: %w: %w", name, ErrTemplate, err)
 	}

@@ -32,6 +32,7 @@ func (c *ChatTemplate) renderOpenAI(body []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	in.SizeHint = len(body)
 	return c.render(in)
 }
 

@@ -38,6 +38,9 @@ var ErrInternal = errors.New("internal template engine error")
 type RenderOptions struct {
 	// Now is the clock behind strftime_now; nil means time.Now.
 	Now func() time.Time
+	// SizeHint is the expected output size in bytes, used to size the
+	// output buffer once; zero means no hint.
+	SizeHint int
 }
 
 // Render renders the template with vars as its top-level variables. Values in
@@ -58,6 +61,9 @@ func (t *Template) Render(vars *Dict, opts RenderOptions) (out string, err error
 		root.vars[k] = v
 	}
 	var b strings.Builder
+	if opts.SizeHint > 0 {
+		b.Grow(min(opts.SizeHint, maxOutput))
+	}
 	if _, err := r.execBody(&b, t.body, root); err != nil {
 		return "", err
 	}
