@@ -278,6 +278,15 @@ func iterate(v Value) ([]Value, error) {
 		return out, nil
 	case Undefined:
 		return nil, nil
+	case *Iter:
+		if x.isView() {
+			return x.items, nil
+		}
+		if x.used {
+			return nil, nil
+		}
+		x.used = true
+		return x.items, nil
 	}
 	return nil, errf("'%s' object is not iterable", typeName(v))
 }
@@ -1258,6 +1267,17 @@ func contains(container, item Value) (bool, error) {
 		_, has := c.m[s]
 		return has, nil
 	case Undefined:
+		return false, nil
+	case *Iter:
+		items, err := iterate(c)
+		if err != nil {
+			return false, err
+		}
+		for _, it := range items {
+			if equal(it, item) {
+				return true, nil
+			}
+		}
 		return false, nil
 	}
 	return false, errf("argument of type '%s' is not iterable", typeName(container))

@@ -58,6 +58,10 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 			return int64(v.Len()), nil
 		case Undefined:
 			return int64(0), nil
+		case *Iter:
+			if v.isView() {
+				return int64(len(v.items)), nil
+			}
 		}
 		return nil, errf("object of type '%s' has no len()", typeName(x))
 	case "list":
@@ -122,13 +126,17 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 		return strings.Join(parts, sep), nil
 	case "items":
 		if _, ok := x.(Undefined); ok {
-			return &List{}, nil
+			return newGen(nil), nil
 		}
 		d, ok := x.(*Dict)
 		if !ok {
 			return nil, errf("can only get item pairs from a mapping")
 		}
-		return dictMethod(d, "items").Call(nil, nil)
+		v, err := dictMethod(d, "items").Call(nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		return newGen(v.(*Iter).items), nil
 	case "dictsort":
 		d, ok := x.(*Dict)
 		if !ok {
@@ -162,6 +170,9 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 		}
 		return out, nil
 	case "first", "last":
+		if it, ok := x.(*Iter); ok && name == "last" && !it.isView() {
+			return nil, errf("'%s' object is not reversible", it.kind)
+		}
 		items, err := iterate(x)
 		if err != nil {
 			return nil, err
@@ -173,6 +184,7 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 			return items[0], nil
 		}
 		return items[len(items)-1], nil
+
 	case "reverse":
 		if sv, ok := x.(string); ok {
 			rs := []rune(sv)
@@ -181,15 +193,20 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 			}
 			return string(rs), nil
 		}
+		gen, isGen := x.(*Iter)
+		isGen = isGen && !gen.isView()
 		items, err := iterate(x)
 		if err != nil {
 			return nil, err
 		}
-		out := &List{Items: make([]Value, len(items))}
+		rev := make([]Value, len(items))
 		for i, it := range items {
-			out.Items[len(items)-1-i] = it
+			rev[len(items)-1-i] = it
 		}
-		return out, nil
+		if isGen {
+			return &List{Items: rev}, nil // reversed() fails on a generator; jinja falls back to a list
+		}
+		return &Iter{items: rev, kind: "list_reverseiterator"}, nil
 	case "int":
 		def := arg(args, kwargs, 0, "default", int64(0))
 		switch v := x.(type) {
@@ -301,7 +318,7 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 				out.Items = append(out.Items, it)
 			}
 		}
-		return out, nil
+		return newGen(out.Items), nil
 	case "sort":
 		items, err := iterate(x)
 		if err != nil {
@@ -380,6 +397,9 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 		}
 		return best, nil
 	case "map":
+		if !truth(x) {
+			return newGen(nil), nil
+		}
 		items, err := iterate(x)
 		if err != nil {
 			return nil, err
@@ -397,7 +417,7 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 				}
 				out.Items[i] = v
 			}
-			return out, nil
+			return newGen(out.Items), nil
 		}
 		if len(args) == 0 {
 			return nil, errf("map requires a filter argument")
@@ -408,8 +428,11 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 				return nil, err
 			}
 		}
-		return out, nil
+		return newGen(out.Items), nil
 	case "select", "reject", "selectattr", "rejectattr":
+		if !truth(x) {
+			return newGen(nil), nil
+		}
 		items, err := iterate(x)
 		if err != nil {
 			return nil, err
@@ -442,7 +465,7 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 				out.Items = append(out.Items, it)
 			}
 		}
-		return out, nil
+		return newGen(out.Items), nil
 	case "attr":
 		if len(args) != 1 {
 			return nil, errf("attr needs one argument")
@@ -468,7 +491,7 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 			}
 			out.Items = append(out.Items, b)
 		}
-		return out, nil
+		return newGen(out.Items), nil
 	case "format":
 		return nil, errf("the format filter is not supported")
 	}
@@ -608,7 +631,7 @@ func (r *renderer) applyTest(name string, x Value, args []Value) (bool, error) {
 		return ok, nil
 	case "iterable":
 		switch x.(type) {
-		case string, *List, *Dict, Undefined:
+		case string, *List, *Dict, Undefined, *Iter:
 			return true, nil
 		}
 		return false, nil

@@ -347,6 +347,8 @@ func strMethod(s, name string) *Func {
 			}
 			return true, nil
 		})
+	case "format":
+		return m(func(args []Value, kwargs *Dict) (Value, error) { return pyFormat(s, args, kwargs) })
 	case "removeprefix":
 		return m(func(args []Value, _ *Dict) (Value, error) {
 			p, _, err := argStr(args, 0, name)
@@ -368,25 +370,25 @@ func dictMethod(d *Dict, name string) *Func {
 	switch name {
 	case "items":
 		return m(func([]Value, *Dict) (Value, error) {
-			out := &List{Items: make([]Value, d.Len())}
+			out := &Iter{items: make([]Value, d.Len()), kind: "dict_items"}
 			for i, k := range d.keys {
-				out.Items[i] = &List{Items: []Value{k, d.m[k]}, Tuple: true}
+				out.items[i] = &List{Items: []Value{k, d.m[k]}, Tuple: true}
 			}
 			return out, nil
 		})
 	case "keys":
 		return m(func([]Value, *Dict) (Value, error) {
-			out := &List{Items: make([]Value, d.Len())}
+			out := &Iter{items: make([]Value, d.Len()), kind: "dict_keys"}
 			for i, k := range d.keys {
-				out.Items[i] = k
+				out.items[i] = k
 			}
 			return out, nil
 		})
 	case "values":
 		return m(func([]Value, *Dict) (Value, error) {
-			out := &List{Items: make([]Value, d.Len())}
+			out := &Iter{items: make([]Value, d.Len()), kind: "dict_values"}
 			for i, k := range d.keys {
-				out.Items[i] = d.m[k]
+				out.items[i] = d.m[k]
 			}
 			return out, nil
 		})
@@ -450,4 +452,83 @@ func listMethod(l *List, name string) *Func {
 		}}
 	}
 	return nil
+}
+
+// pyFormat is str.format for replacement fields without format specs:
+// {}, {0}, {name}, with !s and !r conversions and {{ }} escapes.
+func pyFormat(s string, args []Value, kwargs *Dict) (Value, error) {
+	var b strings.Builder
+	auto, manual := 0, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '{' && i+1 < len(s) && s[i+1] == '{':
+			b.WriteByte('{')
+			i++
+		case c == '}' && i+1 < len(s) && s[i+1] == '}':
+			b.WriteByte('}')
+			i++
+		case c == '}':
+			return nil, errf("Single '}' encountered in format string")
+		case c == '{':
+			end := strings.IndexByte(s[i:], '}')
+			if end < 0 {
+				return nil, errf("Single '{' encountered in format string")
+			}
+			field := s[i+1 : i+end]
+			i += end
+			conv := ""
+			if k := strings.IndexByte(field, '!'); k >= 0 {
+				field, conv = field[:k], field[k+1:]
+			}
+			if strings.ContainsAny(field, ":[.{") || strings.Contains(conv, ":") {
+				return nil, errf("format specs and field access are not supported")
+			}
+			var v Value
+			switch {
+			case field == "":
+				if manual {
+					return nil, errf("cannot switch from manual field specification to automatic field numbering")
+				}
+				if auto >= len(args) {
+					return nil, errf("Replacement index %d out of range for positional args tuple", auto)
+				}
+				v = args[auto]
+				auto++
+			case field[0] >= '0' && field[0] <= '9':
+				n := 0
+				for _, d := range field {
+					if d < '0' || d > '9' {
+						return nil, errf("invalid format field %q", field)
+					}
+					n = n*10 + int(d-'0')
+				}
+				if auto > 0 {
+					return nil, errf("cannot switch from automatic field numbering to manual field specification")
+				}
+				manual = true
+				if n >= len(args) {
+					return nil, errf("Replacement index %d out of range for positional args tuple", n)
+				}
+				v = args[n]
+			default:
+				kv, ok := kwargs.Get(field)
+				if !ok {
+					return nil, errf("KeyError: %q", field)
+				}
+				v = kv
+			}
+			switch conv {
+			case "", "s":
+				b.WriteString(str(v))
+			case "r":
+				b.WriteString(repr(v))
+			default:
+				return nil, errf("Unknown conversion specifier %s", conv)
+			}
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), nil
 }

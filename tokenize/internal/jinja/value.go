@@ -116,8 +116,21 @@ type Func struct {
 	Call func(args []Value, kwargs *Dict) (Value, error)
 }
 
-// Cycler is loop.cycle's helper value; kept for completeness of loop.
-type Cycler struct{}
+// Iter is a Python iterator or dict view made during rendering: the
+// generators of map, select and friends ("generator"), reversed lists
+// ("list_reverseiterator"), and dict.items()/keys()/values() views. A
+// generator or iterator is consumed by its first iteration; views are not.
+// It has no len() unless it is a view, is always true unless it is an empty
+// view, and is not JSON serializable, as in Python.
+type Iter struct {
+	items []Value
+	kind  string
+	used  bool
+}
+
+func (it *Iter) isView() bool { return strings.HasPrefix(it.kind, "dict_") }
+
+func newGen(items []Value) *Iter { return &Iter{items: items, kind: "generator"} }
 
 func typeName(v Value) string {
 	switch v.(type) {
@@ -148,6 +161,8 @@ func typeName(v Value) string {
 		return "builtin_function_or_method"
 	case *LoopInfo:
 		return "LoopContext"
+	case *Iter:
+		return v.(*Iter).kind
 	}
 	return fmt.Sprintf("%T", v)
 }
@@ -171,6 +186,8 @@ func truth(v Value) bool {
 		return len(x.Items) > 0
 	case *Dict:
 		return x.Len() > 0
+	case *Iter:
+		return !x.isView() || len(x.items) > 0
 	}
 	return true
 }
@@ -329,6 +346,14 @@ func writeRepr(b *strings.Builder, v Value, quote bool) {
 		b.WriteString("<built-in method " + x.Name + ">")
 	case *LoopInfo:
 		b.WriteString("<LoopContext>")
+	case *Iter:
+		if x.isView() {
+			b.WriteString(x.kind + "(")
+			writeRepr(b, &List{Items: x.items}, true)
+			b.WriteByte(')')
+		} else {
+			b.WriteString("<" + x.kind + " object>")
+		}
 	default:
 		fmt.Fprintf(b, "%v", x)
 	}

@@ -103,6 +103,12 @@ T = [
     ("dict_methods", "{{ d.keys() | list }} {{ d.values() | list | length }} {{ d.get('z') }} {{ d.get('q', 'dflt') }} {{ d.get('q') }}"),
     ("list_methods", "{{ l.index(1) }} {{ l.count(3) }}"),
     ("globals", "{{ range(3) | list }} {{ range(1, 7, 2) | list }} {{ range(5, 0, -2) | list }} {{ dict(a=1, b=2) }} {{ namespace(a=1).a }}"),
+    ("str_format", "{{ '<{}|{}>'.format(n, s) }} {{ '{0}{1}{0}'.format('a', 1.0) }} {{ '{x}-{y!r}'.format(x=1, y='q') }} {{ '{{literal}}'.format() }}"),
+    ("generators", "{% set g = el | map('string') %}{{ 'truthy' if g else 'falsy' }} {{ l | select('odd') | list }} {% set r = l | reverse %}{{ r | list }}{{ r | list }} {{ d.items() }} {{ d.keys() | length }} {{ (d.items() | list)[0] }} {{ 1 in l | map('int') }} {{ none | map('int') | list }} {{ none | selectattr('x') | list }}"),
+    ("err_generator_len", "{{ l | map('string') | length }}"),
+    ("err_generator_tojson", "{{ l | map('string') | tojson }}"),
+    ("err_view_tojson", "{{ d.keys() | tojson }}"),
+    ("err_format_missing", "{{ '{} {}'.format(1) }}"),
     ("undefined_print", "[{{ q }}][{{ d.q }}][{{ l[9] }}]"),
     # errors
     ("err_raise", "{{ raise_exception('boom') }}"),
