@@ -38,10 +38,33 @@ type ChatTemplate struct {
 	// content, so vLLM passes content as a list of parts ("openai" format).
 	openaiContent map[string]bool
 	metrics       *ChatMetrics
+	contentFormat ContentFormat
 }
 
 // ChatOption configures LoadChatTemplate.
 type ChatOption func(*ChatTemplate)
+
+// ContentFormat is how message content reaches the template, as vLLM's
+// --chat-template-content-format sets it.
+type ContentFormat string
+
+// Content formats.
+const (
+	// ContentAuto detects the format from the template: "openai" when it
+	// loops over a message's content, else "string" (vLLM's default).
+	ContentAuto ContentFormat = "auto"
+	// ContentString joins text parts with "\n" into one string.
+	ContentString ContentFormat = "string"
+	// ContentOpenAI passes content as a list of {"type": "text", "text"} parts.
+	ContentOpenAI ContentFormat = "openai"
+)
+
+// WithContentFormat overrides content-format detection; use the value the
+// workers run with (--chat-template-content-format). The default is
+// ContentAuto.
+func WithContentFormat(f ContentFormat) ChatOption {
+	return func(c *ChatTemplate) { c.contentFormat = f }
+}
 
 // WithClock sets the clock behind the templates' strftime_now (default
 // time.Now); tests use it to render dates deterministically.
@@ -74,13 +97,25 @@ func newChatTemplate(cfg *tokenizerConfig, opts ...ChatOption) (*ChatTemplate, e
 	for _, o := range opts {
 		o(c)
 	}
+	switch c.contentFormat {
+	case "", ContentAuto, ContentString, ContentOpenAI:
+	default:
+		return nil, fmt.Errorf("load chat template: unknown content format %q", c.contentFormat)
+	}
 	for name, src := range cfg.templates {
 		t, err := jinja.Compile(src)
 		if err != nil {
 			return nil, fmt.Errorf("compile chat template %q: %w", name, err)
 		}
 		c.templates[name] = t
-		c.openaiContent[name] = iteratesContent(src)
+		switch c.contentFormat {
+		case ContentString:
+			c.openaiContent[name] = false
+		case ContentOpenAI:
+			c.openaiContent[name] = true
+		default:
+			c.openaiContent[name] = iteratesContent(src)
+		}
 	}
 	return c, nil
 }

@@ -135,3 +135,55 @@ func TestNamedTemplatesWithoutDefault(t *testing.T) {
 		t.Fatalf("err = %v, want ErrNoChatTemplate", err)
 	}
 }
+
+func TestContentFormat(t *testing.T) {
+	t.Parallel()
+	files := map[string]string{"tokenizer_config.json": `{"chat_template": "{% for m in messages %}{{ m.content is string }}{% endfor %}"}`}
+	body := []byte(`{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}`)
+	tests := []struct {
+		format ContentFormat
+		want   string
+	}{
+		{ContentAuto, "True"},
+		{ContentString, "True"},
+		{ContentOpenAI, "False"},
+	}
+	for _, tc := range tests {
+		t.Run(string(tc.format), func(t *testing.T) {
+			t.Parallel()
+			ct, err := LoadChatTemplate(writeDir(t, files), WithContentFormat(tc.format))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := ct.RenderOpenAI(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if _, err := LoadChatTemplate(writeDir(t, files), WithContentFormat("xml")); err == nil {
+		t.Fatal("unknown content format must be an error")
+	}
+}
+
+func TestIteratesContent(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		src  string
+		want bool
+	}{
+		{"{%- for item in message['content'] -%}", true},
+		{"{% for part in msg.content %}", true},
+		{"{% for c in message.content | selectattr('type', 'eq', 'text') %}", true},
+		{"{{ message['content'] }}", false},
+		{"{% for m in messages %}{{ m.content }}{% endfor %}", false},
+	}
+	for _, tc := range tests {
+		if got := iteratesContent(tc.src); got != tc.want {
+			t.Errorf("iteratesContent(%q) = %v, want %v", tc.src, got, tc.want)
+		}
+	}
+}
