@@ -267,7 +267,7 @@ func iterate(v Value) ([]Value, error) {
 	case *Dict:
 		out := make([]Value, len(x.keys))
 		for i, k := range x.keys {
-			out[i] = k
+			out[i] = x.keyOf(k)
 		}
 		return out, nil
 	case string:
@@ -428,15 +428,13 @@ func (r *renderer) eval(e expr, s *scope) (Value, error) {
 			if err != nil {
 				return nil, err
 			}
-			ks, ok := k.(string)
-			if !ok {
-				return nil, errf("only string dict keys are supported, got %s", typeName(k))
-			}
 			v, err := r.eval(e.vals[i], s)
 			if err != nil {
 				return nil, err
 			}
-			d.Set(ks, v)
+			if err := d.setKey(k, v); err != nil {
+				return nil, err
+			}
 		}
 		return d, nil
 	case *concatExpr:
@@ -727,13 +725,15 @@ func getItem(x Value, k Value) (Value, error) {
 	case Undefined:
 		return nil, errf("'%s' is undefined", v.Name)
 	case *Dict:
-		if ks, ok := k.(string); ok {
-			if val, ok := v.m[ks]; ok {
-				return val, nil
-			}
-			if dictMethods[ks] {
-				return dictMethod(v, ks), nil
-			}
+		ks, err := dictKey(k)
+		if err != nil {
+			return nil, err
+		}
+		if val, ok := v.m[ks]; ok {
+			return val, nil
+		}
+		if _, isStr := k.(string); isStr && dictMethods[ks] {
+			return dictMethod(v, ks), nil
 		}
 		return Undefined{Name: str(k)}, nil
 	case *List:
@@ -1260,11 +1260,11 @@ func contains(container, item Value) (bool, error) {
 		}
 		return false, nil
 	case *Dict:
-		s, ok := item.(string)
-		if !ok {
-			return false, nil
+		ks, err := dictKey(item)
+		if err != nil {
+			return false, err
 		}
-		_, has := c.m[s]
+		_, has := c.m[ks]
 		return has, nil
 	case Undefined:
 		return false, nil

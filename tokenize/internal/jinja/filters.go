@@ -148,7 +148,7 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 		rev := truth(arg(args, kwargs, 3, "reverse", false))
 		var sortErr error
 		sort.SliceStable(keys, func(i, j int) bool {
-			var a, b Value = keys[i], keys[j]
+			var a, b = d.keyOf(keys[i]), d.keyOf(keys[j])
 			if byValue {
 				a, b = d.m[keys[i]], d.m[keys[j]]
 			}
@@ -166,7 +166,7 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 		}
 		out := &List{}
 		for _, k := range keys {
-			out.Items = append(out.Items, &List{Items: []Value{k, d.m[k]}, Tuple: true})
+			out.Items = append(out.Items, &List{Items: []Value{d.keyOf(k), d.m[k]}, Tuple: true})
 		}
 		return out, nil
 	case "first", "last":

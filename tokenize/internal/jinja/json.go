@@ -379,7 +379,7 @@ func dumpJSON(b *strings.Builder, v Value, o *jsonOpts, level int) error {
 				b.WriteString(o.itemSep)
 			}
 			o.newline(b, level+1)
-			writeJSONString(b, k, o.ensureASCII)
+			writeJSONKey(b, x.keyOf(k), o.ensureASCII)
 			b.WriteString(o.keySep)
 			if err := dumpJSON(b, x.m[k], o, level+1); err != nil {
 				return err
@@ -391,6 +391,27 @@ func dumpJSON(b *strings.Builder, v Value, o *jsonOpts, level int) error {
 		return fmt.Errorf("Object of type %s is not JSON serializable", typeName(v))
 	}
 	return nil
+}
+
+// writeJSONKey writes a dict key as json.dumps does: strings as they are,
+// numbers, booleans and None converted to their JSON text.
+func writeJSONKey(b *strings.Builder, k Value, ensureASCII bool) {
+	switch x := k.(type) {
+	case string:
+		writeJSONString(b, x, ensureASCII)
+	case nil:
+		b.WriteString(`"null"`)
+	case bool:
+		if x {
+			b.WriteString(`"true"`)
+		} else {
+			b.WriteString(`"false"`)
+		}
+	case float64:
+		writeJSONString(b, pyFloatRepr(x), false)
+	default:
+		writeJSONString(b, str(x), false)
+	}
 }
 
 func (o *jsonOpts) newline(b *strings.Builder, level int) {

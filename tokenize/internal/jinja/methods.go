@@ -372,7 +372,7 @@ func dictMethod(d *Dict, name string) *Func {
 		return m(func([]Value, *Dict) (Value, error) {
 			out := &Iter{items: make([]Value, d.Len()), kind: "dict_items"}
 			for i, k := range d.keys {
-				out.items[i] = &List{Items: []Value{k, d.m[k]}, Tuple: true}
+				out.items[i] = &List{Items: []Value{d.keyOf(k), d.m[k]}, Tuple: true}
 			}
 			return out, nil
 		})
@@ -380,7 +380,7 @@ func dictMethod(d *Dict, name string) *Func {
 		return m(func([]Value, *Dict) (Value, error) {
 			out := &Iter{items: make([]Value, d.Len()), kind: "dict_keys"}
 			for i, k := range d.keys {
-				out.items[i] = k
+				out.items[i] = d.keyOf(k)
 			}
 			return out, nil
 		})
@@ -397,10 +397,12 @@ func dictMethod(d *Dict, name string) *Func {
 			if len(args) == 0 {
 				return nil, errf("get expected at least 1 argument")
 			}
-			if k, ok := args[0].(string); ok {
-				if v, ok := d.m[k]; ok {
-					return v, nil
-				}
+			k, err := dictKey(args[0])
+			if err != nil {
+				return nil, err
+			}
+			if v, ok := d.m[k]; ok {
+				return v, nil
 			}
 			if len(args) > 1 {
 				return args[1], nil

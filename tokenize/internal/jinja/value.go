@@ -41,6 +41,35 @@ type List struct {
 type Dict struct {
 	keys []string
 	m    map[string]Value
+	// orig keeps the first key value inserted under an encoded non-string
+	// key (False stays False even though 0 finds it), as Python does.
+	orig map[string]Value
+}
+
+// setKey sets v under a Python key of any hashable type.
+func (d *Dict) setKey(k Value, v Value) error {
+	ks, err := dictKey(k)
+	if err != nil {
+		return err
+	}
+	if _, isStr := k.(string); !isStr {
+		if _, exists := d.m[ks]; !exists {
+			if d.orig == nil {
+				d.orig = make(map[string]Value)
+			}
+			d.orig[ks] = k
+		}
+	}
+	d.Set(ks, v)
+	return nil
+}
+
+// keyOf returns the Python value of internal key k.
+func (d *Dict) keyOf(k string) Value {
+	if o, ok := d.orig[k]; ok {
+		return o
+	}
+	return keyValue(k)
 }
 
 // NewDict returns an empty dict with room for n keys.
@@ -104,7 +133,62 @@ func (d *Dict) Clone() *Dict {
 	for _, k := range d.Keys() {
 		c.Set(k, d.m[k])
 	}
+	for k, o := range d.orig {
+		if c.orig == nil {
+			c.orig = make(map[string]Value, len(d.orig))
+		}
+		c.orig[k] = o
+	}
 	return c
+}
+
+// keyPrefix marks an internal dict key that encodes a non-string Python key
+// (an int, float, bool or None, as template dict literals may use). Keys
+// from JSON are always strings; a JSON key that itself starts with this
+// prefix would be read back as the encoded value.
+const keyPrefix = "\x00\x01k"
+
+// dictKey encodes a hashable Python value as an internal dict key, folding
+// equal numbers (True, 1 and 1.0) together as Python does.
+func dictKey(v Value) (string, error) {
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case nil:
+		return keyPrefix + "n", nil
+	case bool, int64, *big.Int:
+		b, _ := bigOf(x)
+		return keyPrefix + "i" + b.String(), nil
+	case float64:
+		if x == math.Trunc(x) && !math.IsInf(x, 0) {
+			b, _ := new(big.Float).SetFloat64(x).Int(nil)
+			return keyPrefix + "i" + b.String(), nil
+		}
+		return keyPrefix + "f" + strconv.FormatFloat(x, 'g', -1, 64), nil
+	}
+	return "", errf("unhashable type: '%s'", typeName(v))
+}
+
+// keyValue decodes an internal dict key back to its Python value.
+func keyValue(k string) Value {
+	if !strings.HasPrefix(k, keyPrefix) {
+		return k
+	}
+	rest := k[len(keyPrefix):]
+	switch {
+	case rest == "n":
+		return nil
+	case strings.HasPrefix(rest, "i"):
+		b, ok := new(big.Int).SetString(rest[1:], 10)
+		if ok {
+			return normInt(b)
+		}
+	case strings.HasPrefix(rest, "f"):
+		if f, err := strconv.ParseFloat(rest[1:], 64); err == nil {
+			return f
+		}
+	}
+	return k
 }
 
 // Namespace is the mutable object made by namespace(...).
@@ -331,7 +415,7 @@ func writeRepr(b *strings.Builder, v Value, quote bool) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			writeStrRepr(b, k)
+			writeRepr(b, x.keyOf(k), true)
 			b.WriteString(": ")
 			writeRepr(b, x.m[k], true)
 		}
