@@ -261,6 +261,7 @@ func (r *renderer) execFor(out *strings.Builder, n *forNode, s *scope) (ctrl, er
 
 // iterate returns the items Python's iter() would yield.
 func iterate(v Value) ([]Value, error) {
+	v = unmark(v)
 	switch x := v.(type) {
 	case *List:
 		return x.Items, nil
@@ -690,6 +691,7 @@ var dictMethods = map[string]bool{"clear": true, "copy": true, "fromkeys": true,
 	"pop": true, "popitem": true, "setdefault": true, "update": true, "values": true}
 
 func getAttr(x Value, attr string) (Value, error) {
+	x = unmark(x)
 	switch v := x.(type) {
 	case Undefined:
 		return nil, errf("'%s' is undefined", v.Name)
@@ -721,6 +723,7 @@ func getAttr(x Value, attr string) (Value, error) {
 }
 
 func getItem(x Value, k Value) (Value, error) {
+	x, k = unmark(x), unmark(k)
 	switch v := x.(type) {
 	case Undefined:
 		return nil, errf("'%s' is undefined", v.Name)
@@ -829,6 +832,7 @@ func (l *LoopInfo) attr(name string) Value {
 
 // slice applies Python slice semantics to lists and strings.
 func slice(x, start, stop, step Value) (Value, error) {
+	x = unmark(x)
 	var n int
 	var runes []rune
 	switch v := x.(type) {
@@ -940,6 +944,25 @@ func binop(op string, l, r Value) (Value, error) {
 	if err := undefinedOperand(l, r); err != nil {
 		return nil, err
 	}
+	lm, lok := l.(Markup)
+	rm, rok := r.(Markup)
+	if op == "+" && (lok || rok) {
+		esc := func(v Value, isMarkup bool, m Markup) (string, bool) {
+			if isMarkup {
+				return string(m), true
+			}
+			if s, ok := v.(string); ok {
+				return escapeHTML(s), true
+			}
+			return "", false
+		}
+		ls, ok1 := esc(l, lok, lm)
+		rs, ok2 := esc(r, rok, rm)
+		if ok1 && ok2 {
+			return Markup(ls + rs), nil
+		}
+	}
+	l, r = unmark(l), unmark(r)
 	if isNumber(l) && isNumber(r) {
 		return numop(op, l, r)
 	}
@@ -1075,6 +1098,7 @@ func numop(op string, l, r Value) (Value, error) {
 }
 
 func unop(op string, x Value) (Value, error) {
+	x = unmark(x)
 	if err := undefinedOperand(x); err != nil {
 		return nil, err
 	}
@@ -1109,6 +1133,7 @@ func unop(op string, x Value) (Value, error) {
 
 // equal is Python ==.
 func equal(a, b Value) bool {
+	a, b = unmark(a), unmark(b)
 	if isNumber(a) && isNumber(b) {
 		c, ok := numCompare(a, b)
 		return ok && c == 0
@@ -1174,6 +1199,7 @@ func numCompare(a, b Value) (int, bool) {
 
 // order compares for <, <=, >, >= as Python does.
 func order(a, b Value) (int, error) {
+	a, b = unmark(a), unmark(b)
 	if isNumber(a) && isNumber(b) {
 		c, ok := numCompare(a, b)
 		if !ok {
@@ -1242,6 +1268,7 @@ func compare(op string, a, b Value) (bool, error) {
 }
 
 func contains(container, item Value) (bool, error) {
+	container, item = unmark(container), unmark(item)
 	switch c := container.(type) {
 	case string:
 		s, ok := item.(string)

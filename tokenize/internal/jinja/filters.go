@@ -2,7 +2,6 @@ package jinja
 
 import (
 	"fmt"
-	"html"
 	"math"
 	"math/big"
 	"sort"
@@ -35,6 +34,27 @@ func arg(args []Value, kwargs *Dict, i int, name string, def Value) Value {
 }
 
 func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Value, error) {
+	switch name {
+	case "safe":
+		if _, u := x.(Undefined); !u {
+			return Markup(str(x)), nil
+		}
+	case "escape", "e", "forceescape":
+		if m, ok := x.(Markup); ok && name != "forceescape" {
+			return m, nil
+		}
+		if _, u := x.(Undefined); !u {
+			return Markup(escapeHTML(str(x))), nil
+		}
+	case "string":
+		if m, ok := x.(Markup); ok {
+			return m, nil
+		}
+	}
+	x = unmark(x)
+	for i := range args {
+		args[i] = unmark(args[i])
+	}
 	// Filters that accept undefined.
 	switch name {
 	case "default", "d":
@@ -93,10 +113,8 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 		return pyCapitalize(str(x)), nil
 	case "title":
 		return pyTitle(str(x)), nil
-	case "safe":
-		return x, nil
-	case "escape", "e", "forceescape":
-		return html.EscapeString(str(x)), nil
+	case "safe", "escape", "e", "forceescape":
+		return Markup(""), nil // undefined: jinja gives an empty markup string
 	case "replace":
 		if len(args) < 2 {
 			return nil, errf("replace needs two arguments")
@@ -588,6 +606,10 @@ func tojson(x Value, args []Value, kwargs *Dict) (Value, error) {
 }
 
 func (r *renderer) applyTest(name string, x Value, args []Value) (bool, error) {
+	x = unmark(x)
+	for i := range args {
+		args[i] = unmark(args[i])
+	}
 	arg0 := func() (Value, error) {
 		if len(args) == 0 {
 			return nil, errf("test '%s' needs an argument", name)

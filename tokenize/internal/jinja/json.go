@@ -320,7 +320,7 @@ type jsonOpts struct {
 
 // dumpJSON serialises v as Python's json.dumps does with opts.
 func dumpJSON(b *strings.Builder, v Value, o *jsonOpts, level int) error {
-	switch x := v.(type) {
+	switch x := unmark(v).(type) {
 	case nil:
 		b.WriteString("null")
 	case bool:

@@ -10,7 +10,7 @@ func argStr(args []Value, i int, name string) (string, bool, error) {
 	if i >= len(args) || args[i] == nil {
 		return "", false, nil
 	}
-	s, ok := args[i].(string)
+	s, ok := unmark(args[i]).(string)
 	if !ok {
 		return "", false, errf("%s arg must be None or str", name)
 	}

@@ -151,6 +151,7 @@ const keyPrefix = "\x00\x01k"
 // dictKey encodes a hashable Python value as an internal dict key, folding
 // equal numbers (True, 1 and 1.0) together as Python does.
 func dictKey(v Value) (string, error) {
+	v = unmark(v)
 	switch x := v.(type) {
 	case string:
 		return x, nil
@@ -189,6 +190,44 @@ func keyValue(k string) Value {
 		}
 	}
 	return k
+}
+
+// Markup is a string marked safe by the safe or escape filters. Adding a
+// plain string to it HTML-escapes the plain string first, as markupsafe does;
+// everywhere else it behaves as the string it holds.
+type Markup string
+
+// unmark returns the plain string behind a Markup, or v unchanged.
+func unmark(v Value) Value {
+	if m, ok := v.(Markup); ok {
+		return string(m)
+	}
+	return v
+}
+
+// escapeHTML escapes as markupsafe.escape does.
+func escapeHTML(s string) string {
+	if !strings.ContainsAny(s, "&<>'\"") {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch r {
+		case '&':
+			b.WriteString("&amp;")
+		case '<':
+			b.WriteString("&lt;")
+		case '>':
+			b.WriteString("&gt;")
+		case '\'':
+			b.WriteString("&#39;")
+		case '"':
+			b.WriteString("&#34;")
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // Namespace is the mutable object made by namespace(...).
@@ -230,6 +269,8 @@ func typeName(v Value) string {
 		return "float"
 	case string:
 		return "str"
+	case Markup:
+		return "Markup"
 	case *List:
 		if v.(*List).Tuple {
 			return "tuple"
@@ -253,6 +294,7 @@ func typeName(v Value) string {
 
 // truth reports Python truthiness.
 func truth(v Value) bool {
+	v = unmark(v)
 	switch x := v.(type) {
 	case nil, Undefined:
 		return false
@@ -348,6 +390,8 @@ func str(v Value) string {
 	switch x := v.(type) {
 	case string:
 		return x
+	case Markup:
+		return string(x)
 	case Undefined:
 		return ""
 	}
@@ -388,6 +432,14 @@ func writeRepr(b *strings.Builder, v Value, quote bool) {
 			writeStrRepr(b, x)
 		} else {
 			b.WriteString(x)
+		}
+	case Markup:
+		if quote {
+			b.WriteString("Markup(")
+			writeStrRepr(b, string(x))
+			b.WriteByte(')')
+		} else {
+			b.WriteString(string(x))
 		}
 	case *List:
 		if x.Tuple {

@@ -111,6 +111,8 @@ T = [
     ("err_format_missing", "{{ '{} {}'.format(1) }}"),
     ("dict_nonstring_keys", "{{ {0: 'a', 512: 'b'}[512] }} {{ {1: 'x'}[1.0] }} {{ {true: 1}[1] }} {{ {1: 2, 'a': 3} }} {{ {2: 'b', 1: 'a'} | dictsort }} {{ {1: 2, 2.5: 3, none: 4, false: 5} | tojson }} {{ 1 in {1: 2} }} {% for k in {3: 1} %}{{ k + 1 }}{% endfor %} {{ {1.5: 2} }} {{ {1: 1}.get(1) }} {% for k, v in {7: 8}.items() %}{{ k * v }}{% endfor %}"),
     ("err_unhashable_key", "{{ {[1]: 2} }}"),
+    ("markup", "{{ '<b>'|safe + '<i>' }} {{ 'x<' + '<y>'|safe }} {{ \"'q' & \\\"d\\\"\"|safe + \"'q' & \\\"d\\\"\" }} {{ '<a>'|e }} {{ ('<a>'|e)|e }} {{ '<a>'|forceescape }} {{ '<'|safe ~ '>' }} {{ ('a'|safe) == 'a' }} {{ ('ab'|safe) | length }} {{ ('x'|safe) is string }} {{ ('<s>'|safe + '<t>') | tojson }} {{ q|safe }}|"),
+    ("err_markup_plus_int", "{{ 'a'|safe + 1 }}"),
     ("undefined_print", "[{{ q }}][{{ d.q }}][{{ l[9] }}]"),
     # errors
     ("err_raise", "{{ raise_exception('boom') }}"),
