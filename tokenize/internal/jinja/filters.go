@@ -131,6 +131,7 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 		}
 		sep := str(arg(args, kwargs, 0, "d", ""))
 		if attr := arg(args, kwargs, 1, "attribute", nil); attr != nil {
+			items = append([]Value(nil), items...) // never modify the input
 			for i, it := range items {
 				if items[i], err = getItemOrAttr(it, attr); err != nil {
 					return nil, err
@@ -385,6 +386,7 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 		}
 		attr := arg(args, kwargs, -1, "attribute", nil)
 		if attr != nil {
+			items = append([]Value(nil), items...) // never modify the input
 			for i, it := range items {
 				if items[i], err = getItemOrAttr(it, attr); err != nil {
 					return nil, err
@@ -680,7 +682,7 @@ func (r *renderer) applyTest(name string, x Value, args []Value) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		m, err := numop("%", x, a)
+		m, err := binop("%", x, a)
 		if err != nil {
 			return false, err
 		}

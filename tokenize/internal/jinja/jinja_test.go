@@ -37,10 +37,17 @@ func TestReferenceCases(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			before, err := ToJSON(vars)
+			if err != nil {
+				t.Fatal(err)
+			}
 			tmpl, err := Compile(c.Template)
 			var got string
 			if err == nil {
 				got, err = tmpl.Render(vars.(*Dict), RenderOptions{})
+			}
+			if after, _ := ToJSON(vars); after != before {
+				t.Errorf("rendering modified its input:\n%s\n%s", before, after)
 			}
 			if c.Want == nil {
 				if err == nil {
