@@ -39,6 +39,9 @@ type ChatTemplate struct {
 	openaiContent map[string]bool
 	metrics       *ChatMetrics
 	contentFormat ContentFormat
+
+	defaultKwargsJSON []byte
+	defaultKwargs     *jinja.Dict
 }
 
 // ChatOption configures LoadChatTemplate.
@@ -64,6 +67,13 @@ const (
 // ContentAuto.
 func WithContentFormat(f ContentFormat) ChatOption {
 	return func(c *ChatTemplate) { c.contentFormat = f }
+}
+
+// WithDefaultKwargs sets template variables applied under every request's
+// chat_template_kwargs, as vLLM's --default-chat-template-kwargs does. kwargs
+// must be a JSON object; LoadChatTemplate reports an error otherwise.
+func WithDefaultKwargs(kwargs []byte) ChatOption {
+	return func(c *ChatTemplate) { c.defaultKwargsJSON = kwargs }
 }
 
 // WithClock sets the clock behind the templates' strftime_now (default
@@ -96,6 +106,17 @@ func newChatTemplate(cfg *tokenizerConfig, opts ...ChatOption) (*ChatTemplate, e
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.defaultKwargsJSON != nil {
+		v, err := jinja.ParseJSON(c.defaultKwargsJSON)
+		if err != nil {
+			return nil, fmt.Errorf("load chat template: default kwargs: %w", err)
+		}
+		d, ok := v.(*jinja.Dict)
+		if !ok {
+			return nil, fmt.Errorf("load chat template: default kwargs must be a JSON object")
+		}
+		c.defaultKwargs = d
 	}
 	switch c.contentFormat {
 	case "", ContentAuto, ContentString, ContentOpenAI:

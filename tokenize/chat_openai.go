@@ -64,6 +64,14 @@ func (c *ChatTemplate) openAIInput(req *jinja.Dict) (*ChatInput, error) {
 		}
 		in.Kwargs = kd
 	}
+	if c.defaultKwargs.Len() > 0 {
+		merged := c.defaultKwargs.Clone()
+		for _, k := range in.Kwargs.Keys() {
+			v, _ := in.Kwargs.Get(k)
+			merged.Set(k, v)
+		}
+		in.Kwargs = merged
+	}
 	if re, ok := req.Get("reasoning_effort"); ok && re != nil {
 		kw := jinja.NewDict(in.Kwargs.Len() + 1)
 		kw.Set("reasoning_effort", re)

@@ -187,3 +187,30 @@ func TestIteratesContent(t *testing.T) {
 		}
 	}
 }
+
+func TestDefaultKwargs(t *testing.T) {
+	t.Parallel()
+	dir := writeDir(t, map[string]string{"tokenizer_config.json": `{"chat_template": "{{ enable_thinking }}/{{ other }}"}`})
+	ct, err := LoadChatTemplate(dir, WithDefaultKwargs([]byte(`{"enable_thinking": false, "other": 1}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ body, want string }{
+		{`{"messages": [{"role": "user", "content": "x"}]}`, "False/1"},
+		{`{"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"enable_thinking": true}}`, "True/1"},
+	}
+	for _, tc := range tests {
+		got, err := ct.RenderOpenAI([]byte(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+	for _, bad := range []string{`[1]`, `{`} {
+		if _, err := LoadChatTemplate(dir, WithDefaultKwargs([]byte(bad))); err == nil {
+			t.Errorf("default kwargs %s: want an error", bad)
+		}
+	}
+}
