@@ -40,8 +40,9 @@ type ChatTemplate struct {
 	metrics       *ChatMetrics
 	contentFormat ContentFormat
 
-	defaultKwargsJSON []byte
-	defaultKwargs     *jinja.Dict
+	defaultKwargsJSON  []byte
+	defaultKwargs      *jinja.Dict
+	excludeToolsOnNone bool
 }
 
 // ChatOption configures LoadChatTemplate.
@@ -74,6 +75,13 @@ func WithContentFormat(f ContentFormat) ChatOption {
 // must be a JSON object; LoadChatTemplate reports an error otherwise.
 func WithDefaultKwargs(kwargs []byte) ChatOption {
 	return func(c *ChatTemplate) { c.defaultKwargsJSON = kwargs }
+}
+
+// WithExcludeToolsWhenToolChoiceNone drops the tools from the template when
+// a request sets "tool_choice": "none", as vLLM does with
+// --exclude-tools-when-tool-choice-none.
+func WithExcludeToolsWhenToolChoiceNone() ChatOption {
+	return func(c *ChatTemplate) { c.excludeToolsOnNone = true }
 }
 
 // WithClock sets the clock behind the templates' strftime_now (default

@@ -51,6 +51,9 @@ func (c *ChatTemplate) openAIInput(req *jinja.Dict) (*ChatInput, error) {
 	if in.Tools, err = normalizeTools(req); err != nil {
 		return nil, err
 	}
+	if tc, _ := req.Get("tool_choice"); tc == "none" && c.excludeToolsOnNone {
+		in.Tools = nil
+	}
 	if d, ok := req.Get("documents"); ok && d != nil {
 		if _, ok := d.(*jinja.List); !ok {
 			return nil, fmt.Errorf("documents must be a list: %w", ErrBadRequest)

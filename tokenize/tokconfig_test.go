@@ -214,3 +214,28 @@ func TestDefaultKwargs(t *testing.T) {
 		}
 	}
 }
+
+func TestExcludeToolsWhenToolChoiceNone(t *testing.T) {
+	t.Parallel()
+	dir := writeDir(t, map[string]string{"tokenizer_config.json": `{"chat_template": "{{ tools | length if tools else 'none' }}"}`})
+	body := []byte(`{"messages": [{"role": "user", "content": "x"}], "tool_choice": "none", "tools": [{"type": "function", "function": {"name": "f"}}]}`)
+	for _, tc := range []struct {
+		opts []ChatOption
+		want string
+	}{
+		{nil, "1"},
+		{[]ChatOption{WithExcludeToolsWhenToolChoiceNone()}, "none"},
+	} {
+		ct, err := LoadChatTemplate(dir, tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ct.RenderOpenAI(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}
