@@ -224,11 +224,9 @@ func normalizeMessages(ml *jinja.List, openaiFormat bool) (*jinja.List, error) {
 					nm.Set("tool_calls", calls)
 				}
 			}
-			reasoning, ok := m.Get("reasoning")
-			if !ok || reasoning == nil {
-				reasoning, _ = m.Get("reasoning_content")
-			}
-			if reasoning != nil {
+			// vLLM reads only "reasoning"; a request's "reasoning_content"
+			// is dropped before the template sees it.
+			if reasoning, _ := m.Get("reasoning"); reasoning != nil {
 				if _, ok := reasoning.(string); !ok {
 					return nil, fmt.Errorf("messages[%d].reasoning must be a string: %w", i, ErrBadRequest)
 				}
@@ -244,6 +242,10 @@ func normalizeMessages(ml *jinja.List, openaiFormat bool) (*jinja.List, error) {
 			if _, isStr := n.(string); isStr {
 				nm.Set("name", n)
 			}
+		}
+		if role == "developer" {
+			tools, _ := m.Get("tools")
+			nm.Set("tools", tools)
 		}
 		out.Items = append(out.Items, nm)
 	}
@@ -289,9 +291,12 @@ func contentTexts(cv jinja.Value, i int) ([]string, error) {
 	return nil, fmt.Errorf("messages[%d].content must be a string or a list: %w", i, ErrBadRequest)
 }
 
-// normalizeToolCalls copies tool calls, parsing string arguments as JSON
-// (empty or missing arguments become {}). An empty list gives nil: vLLM
-// drops it so templates take the plain assistant path.
+// normalizeToolCalls copies tool calls with their arguments as objects, as
+// vLLM's _postprocess_messages does: a JSON string is parsed; empty, null,
+// malformed or non-object arguments become {} (vLLM logs a warning and
+// carries on, so a bad call in the history cannot fail every later turn).
+// An empty list gives nil: vLLM drops it so templates take the plain
+// assistant path. Entries that are not function calls are an error.
 func normalizeToolCalls(tc jinja.Value, i int) (jinja.Value, error) {
 	tl, ok := tc.(*jinja.List)
 	if !ok {
@@ -308,32 +313,24 @@ func normalizeToolCalls(tc jinja.Value, i int) (jinja.Value, error) {
 		}
 		fv, _ := call.Get("function")
 		f, ok := fv.(*jinja.Dict)
-		if !ok {
-			return nil, fmt.Errorf("messages[%d].tool_calls[%d].function must be an object: %w", i, j, ErrBadRequest)
+		if typ, has := call.Get("type"); !ok || (has && typ != "function") {
+			return nil, fmt.Errorf("messages[%d].tool_calls[%d] must be a function call: %w", i, j, ErrBadRequest)
 		}
 		nf := f.Clone()
 		args, _ := f.Get("arguments")
+		var parsed jinja.Value
 		switch a := args.(type) {
-		case *jinja.Dict, *jinja.List:
+		case *jinja.Dict:
+			parsed = a
 		case string:
-			if a == "" {
-				nf.Set("arguments", jinja.NewDict(0))
-				break
+			if v, err := jinja.ParseJSON([]byte(a)); err == nil {
+				parsed = v
 			}
-			parsed, err := jinja.ParseJSON([]byte(a))
-			if err != nil {
-				return nil, fmt.Errorf("messages[%d].tool_calls[%d].function.arguments: %w: %w", i, j, ErrBadRequest, err)
-			}
-			nf.Set("arguments", parsed)
-		case nil:
-			nf.Set("arguments", jinja.NewDict(0))
-		default:
-			if !truth(a) {
-				nf.Set("arguments", jinja.NewDict(0))
-				break
-			}
-			return nil, fmt.Errorf("messages[%d].tool_calls[%d].function.arguments must be a string: %w", i, j, ErrBadRequest)
 		}
+		if _, isObj := parsed.(*jinja.Dict); !isObj {
+			parsed = jinja.NewDict(0)
+		}
+		nf.Set("arguments", parsed)
 		nc := call.Clone()
 		nc.Set("function", nf)
 		out.Items[j] = nc
