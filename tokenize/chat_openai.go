@@ -274,6 +274,9 @@ func contentTexts(cv jinja.Value, i int) ([]string, error) {
 						key = "refusal"
 					}
 					t, _ := part.Get(key)
+					if t == nil {
+						continue // vLLM skips a text part without text, with a warning
+					}
 					ts, ok := t.(string)
 					if !ok {
 						return nil, fmt.Errorf("messages[%d].content[%d].%s must be a string: %w", i, j, key, ErrBadRequest)
