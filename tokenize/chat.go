@@ -272,36 +272,13 @@ func (c *ChatTemplate) render(in *ChatInput) (string, error) {
 		if strings.HasPrefix(out[loc:], continueTag) {
 			out = out[:loc]
 		} else {
-			out = strings.TrimRightFunc(out[:loc], isPySpace)
+			out = strings.TrimRightFunc(out[:loc], jinja.IsSpace)
 		}
 	}
 	return out, nil
 }
 
-func truth(v jinja.Value) bool {
-	switch x := v.(type) {
-	case nil:
-		return false
-	case bool:
-		return x
-	case int64:
-		return x != 0
-	case float64:
-		return x != 0
-	case string:
-		return x != ""
-	case *jinja.List:
-		return len(x.Items) > 0
-	case *jinja.Dict:
-		return x.Len() > 0
-	}
-	return true
-}
-
-func isPySpace(r rune) bool {
-	return r == ' ' || (r >= '\t' && r <= '\r') || (r >= 0x1c && r <= 0x1f) || r == 0x85 || r == 0xa0 ||
-		r == 0x1680 || (r >= 0x2000 && r <= 0x200a) || r == 0x2028 || r == 0x2029 || r == 0x202f || r == 0x205f || r == 0x3000
-}
+func truth(v jinja.Value) bool { return jinja.Truth(v) }
 
 // reasoningFields are the names a message's reasoning may come under; the
 // first is the one templates read.

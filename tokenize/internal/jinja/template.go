@@ -84,3 +84,9 @@ func ToJSON(v Value) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// Truth reports Python truthiness of v.
+func Truth(v Value) bool { return truth(v) }
+
+// IsSpace reports whether r is whitespace for Python's str.isspace.
+func IsSpace(r rune) bool { return pyIsSpace(r) }
