@@ -29,6 +29,11 @@ var (
 // ChatTemplate renders chat requests to prompt text exactly as vLLM does
 // with transformers' apply_chat_template. Templates are compiled once by
 // LoadChatTemplate. A ChatTemplate is immutable and safe for concurrent use.
+//
+// vLLM does not use the chat template for every model: for gpt-oss
+// (model_type "gpt_oss") its /v1/chat/completions renders with the Harmony
+// library instead, while its /tokenize still applies the template. Route
+// such models by the worker's own tokens, not by this renderer.
 type ChatTemplate struct {
 	templates map[string]*jinja.Template
 	sources   map[string]string

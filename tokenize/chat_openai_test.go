@@ -202,3 +202,33 @@ func TestRenderAnthropicErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRenderOpenAIConcurrent renders with one ChatTemplate from many
+// goroutines (run with -race): renders share the compiled template, the
+// special tokens and default kwargs, and must not disturb each other.
+func TestRenderOpenAIConcurrent(t *testing.T) {
+	t.Parallel()
+	ct, err := LoadChatTemplate(filepath.Join("testdata", "models", "gpt-oss"), WithClock(goldenNow),
+		WithDefaultKwargs([]byte(`{"reasoning_effort": "low"}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := loadRequestCases(t, "openai")
+	want := make([]string, len(cases))
+	for i, c := range cases {
+		want[i], _ = ct.RenderOpenAI([]byte(c.Body))
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for k := range 20 {
+				i := (g + k) % len(cases)
+				got, _ := ct.RenderOpenAI([]byte(cases[i].Body))
+				if got != want[i] {
+					t.Errorf("%s: concurrent render differs", cases[i].Name)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
