@@ -2,6 +2,7 @@ package tokenize
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -58,32 +59,36 @@ func conversationBody(approxTokens int) []byte {
 	return body
 }
 
-// BenchmarkRenderOpenAI32K renders a 32K-token conversation from its request
-// body (parse, normalise, render) with each family's template.
-func BenchmarkRenderOpenAI32K(b *testing.B) {
-	body := conversationBody(32000)
-	for _, fam := range []string{"qwen3", "llama3", "gpt-oss"} {
-		b.Run(fam, func(b *testing.B) {
-			ct, err := LoadChatTemplate(filepath.Join("testdata", "models", fam), WithClock(goldenNow))
-			if err != nil {
-				b.Fatal(err)
-			}
-			out, err := ct.RenderOpenAI(body)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.SetBytes(int64(len(body)))
-			_ = out
-			b.ReportAllocs()
-			cpu0 := processCPU()
-			for b.Loop() {
-				if _, err := ct.RenderOpenAI(body); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
-		})
+// BenchmarkRenderOpenAI renders 8K- and 32K-token conversations from their
+// request bodies (parse, normalise, render) with three families' templates.
+func BenchmarkRenderOpenAI(b *testing.B) {
+	for _, size := range []int{8000, 32000} {
+		body := conversationBody(size)
+		for _, fam := range []string{"qwen3", "llama3", "gpt-oss"} {
+			b.Run(fmt.Sprintf("%dK/%s", size/1000, fam), func(b *testing.B) {
+				benchRender(b, fam, body)
+			})
+		}
 	}
+}
+
+func benchRender(b *testing.B, fam string, body []byte) {
+	ct, err := LoadChatTemplate(filepath.Join("testdata", "models", fam), WithClock(goldenNow))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := ct.RenderOpenAI(body); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	cpu0 := processCPU()
+	for b.Loop() {
+		if _, err := ct.RenderOpenAI(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkParseJSON32K isolates the request-body decoding step.
