@@ -345,6 +345,9 @@ func (r *renderer) eval(e expr, s *scope) (Value, error) {
 		}
 		return ok != e.negate, nil
 	case *binExpr:
+		if e.op == "+" {
+			return r.evalAdd(e, s)
+		}
 		l, err := r.eval(e.l, s)
 		if err != nil {
 			return nil, err
@@ -450,6 +453,53 @@ func (r *renderer) eval(e expr, s *scope) (Value, error) {
 		return b.String(), nil
 	}
 	return nil, errf("unknown expression %T", e)
+}
+
+// evalAdd evaluates a chain a + b + c ... left to right. When every operand
+// is a plain string it builds the result once instead of copying each
+// intermediate sum, which is what templates spend most of their time on.
+func (r *renderer) evalAdd(e *binExpr, s *scope) (Value, error) {
+	var operands []expr
+	x := expr(e)
+	for {
+		b, ok := x.(*binExpr)
+		if !ok || b.op != "+" {
+			break
+		}
+		operands = append(operands, b.r)
+		x = b.l
+	}
+	operands = append(operands, x)
+	vals := make([]Value, len(operands))
+	allStr, n := true, 0
+	for i := range operands {
+		v, err := r.eval(operands[len(operands)-1-i], s)
+		if err != nil {
+			return nil, err
+		}
+		vals[i] = v
+		if sv, ok := v.(string); ok {
+			n += len(sv)
+		} else {
+			allStr = false
+		}
+	}
+	if allStr {
+		var b strings.Builder
+		b.Grow(n)
+		for _, v := range vals {
+			b.WriteString(v.(string))
+		}
+		return b.String(), nil
+	}
+	acc := vals[0]
+	for _, v := range vals[1:] {
+		var err error
+		if acc, err = binop("+", acc, v); err != nil {
+			return nil, err
+		}
+	}
+	return acc, nil
 }
 
 func (r *renderer) evalList(xs []expr, s *scope) ([]Value, error) {
