@@ -188,10 +188,10 @@ func (c *ChatTemplate) pick(hasTools bool) (string, error) {
 	return "", fmt.Errorf("pick chat template: several named templates and none is \"default\": %w", ErrNoChatTemplate)
 }
 
-// ChatInput is a conversation ready for the template, already normalised
+// chatInput is a conversation ready for the template, already normalised
 // the way vLLM normalises requests. Values are jinja value trees (see
 // ParseJSON in the internal package); Render never modifies them.
-type ChatInput struct {
+type chatInput struct {
 	Messages             *jinja.List
 	Tools                jinja.Value // nil or *jinja.List
 	Documents            jinja.Value // nil or *jinja.List
@@ -208,7 +208,7 @@ type ChatInput struct {
 const continueTag = "CONTINUE_FINAL_MESSAGE_TAG "
 
 // render runs transformers' apply_chat_template(tokenize=False) steps on in.
-func (c *ChatTemplate) render(in *ChatInput) (string, error) {
+func (c *ChatTemplate) render(in *chatInput) (string, error) {
 	agp, cfm := jinja.Value(in.AddGenerationPrompt), jinja.Value(in.ContinueFinalMessage)
 	tools, docs := in.Tools, in.Documents
 	extra := jinja.NewDict(4)

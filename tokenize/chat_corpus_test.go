@@ -49,7 +49,7 @@ func TestTemplateCorpus(t *testing.T) {
 		}
 		d := cv.(*jinja.Dict)
 		msgs, _ := d.Get("messages")
-		in := &ChatInput{Messages: msgs.(*jinja.List)}
+		in := &chatInput{Messages: msgs.(*jinja.List)}
 		in.Tools, _ = d.Get("tools")
 		in.Documents, _ = d.Get("documents")
 		if agp, ok := d.Get("add_generation_prompt"); ok {

@@ -36,11 +36,11 @@ func (c *ChatTemplate) renderOpenAI(body []byte) (string, error) {
 	return c.render(in)
 }
 
-func (c *ChatTemplate) openAIInput(req *jinja.Dict) (*ChatInput, error) {
+func (c *ChatTemplate) openAIInput(req *jinja.Dict) (*chatInput, error) {
 	if t, ok := req.Get("chat_template"); ok && t != nil {
 		return nil, fmt.Errorf("request-supplied chat_template: %w", ErrUnsupported)
 	}
-	in := &ChatInput{AddGenerationPrompt: true}
+	in := &chatInput{AddGenerationPrompt: true}
 	var err error
 	if in.AddGenerationPrompt, err = boolField(req, "add_generation_prompt", true); err != nil {
 		return nil, err

@@ -19,7 +19,7 @@ var chatFamilies = []string{"qwen3", "llama3", "deepseek-v3", "gemma3", "gpt-oss
 
 type chatCase struct {
 	name string
-	in   *ChatInput
+	in   *chatInput
 }
 
 func loadChatCases(t testing.TB) []chatCase {
@@ -38,7 +38,7 @@ func loadChatCases(t testing.TB) []chatCase {
 			d := it.(*jinja.Dict)
 			name, _ := d.Get("name")
 			msgs, _ := d.Get("messages")
-			in := &ChatInput{Messages: msgs.(*jinja.List)}
+			in := &chatInput{Messages: msgs.(*jinja.List)}
 			in.Tools, _ = d.Get("tools")
 			in.Documents, _ = d.Get("documents")
 			if v, ok := d.Get("add_generation_prompt"); ok {
