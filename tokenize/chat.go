@@ -285,10 +285,6 @@ func (c *ChatTemplate) render(in *chatInput) (string, error) {
 
 func truth(v jinja.Value) bool { return jinja.Truth(v) }
 
-// reasoningFields are the names a message's reasoning may come under; the
-// first is the one templates read.
-var reasoningFields = []string{"reasoning_content", "thinking", "reasoning"}
-
 // prepareMessages applies transformers' own message preparation: keys whose
 // value is None are dropped, and reasoning is aliased as
 // {"thinking": r, **message, "reasoning_content": r}.
@@ -301,7 +297,9 @@ func prepareMessages(in *jinja.List) (*jinja.List, error) {
 		}
 		clean := jinja.NewDict(m.Len() + 2)
 		var reasoning jinja.Value
-		for _, f := range reasoningFields {
+		// The names a message's reasoning may come under; the first is the
+		// one templates read.
+		for _, f := range [...]string{"reasoning_content", "thinking", "reasoning"} {
 			if v, ok := m.Get(f); ok && v != nil && reasoning == nil {
 				reasoning = v
 			}

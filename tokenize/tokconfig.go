@@ -23,10 +23,6 @@ type tokenizerConfig struct {
 	special *jinja.Dict
 }
 
-// specialTokenKeys are the attributes transformers exposes as template
-// variables through special_tokens_map.
-var specialTokenKeys = []string{"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}
-
 // readTokenizerConfig reads dir/tokenizer_config.json and, when present,
 // dir/chat_template.jinja, which takes precedence over the config's
 // chat_template as it does in transformers.
@@ -48,7 +44,9 @@ func parseTokenizerConfig(raw []byte, dir string) (*tokenizerConfig, error) {
 		return nil, fmt.Errorf("parse tokenizer config: top level is not an object")
 	}
 	cfg := &tokenizerConfig{templates: map[string]string{}, special: jinja.NewDict(8)}
-	for _, k := range specialTokenKeys {
+	// The attributes transformers exposes as template variables through
+	// special_tokens_map.
+	for _, k := range [...]string{"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"} {
 		tok, err := tokenContent(root, k)
 		if err != nil {
 			return nil, err

@@ -737,8 +737,15 @@ func pyRange(args []Value, _ *Dict) (Value, error) {
 
 // ---- attribute and item access ----
 
-var dictMethods = map[string]bool{"clear": true, "copy": true, "fromkeys": true, "get": true, "items": true, "keys": true,
-	"pop": true, "popitem": true, "setdefault": true, "update": true, "values": true}
+// isDictMethod reports whether name is an attribute of Python's dict, which
+// attribute access finds before a key of the same name.
+func isDictMethod(name string) bool {
+	switch name {
+	case "clear", "copy", "fromkeys", "get", "items", "keys", "pop", "popitem", "setdefault", "update", "values":
+		return true
+	}
+	return false
+}
 
 func getAttr(x Value, attr string) (Value, error) {
 	x = unmark(x)
@@ -746,7 +753,7 @@ func getAttr(x Value, attr string) (Value, error) {
 	case Undefined:
 		return nil, errf("'%s' is undefined", v.Name)
 	case *Dict:
-		if dictMethods[attr] {
+		if isDictMethod(attr) {
 			return dictMethod(v, attr), nil
 		}
 		if val, ok := v.m[attr]; ok {
@@ -785,7 +792,7 @@ func getItem(x Value, k Value) (Value, error) {
 		if val, ok := v.m[ks]; ok {
 			return val, nil
 		}
-		if _, isStr := k.(string); isStr && dictMethods[ks] {
+		if _, isStr := k.(string); isStr && isDictMethod(ks) {
 			return dictMethod(v, ks), nil
 		}
 		return Undefined{Name: str(k)}, nil

@@ -156,7 +156,10 @@ func skipSpace(src string, pos int, line *int) int {
 	return pos
 }
 
-var opList = []string{"//", "**", "==", "!=", "<=", ">=", "+", "-", "/", "*", "%", "~", "[", "]", "(", ")", "{", "}", "<", ">", "=", ".", ":", "|", ",", ";"}
+// operators lists jinja's operators, longest first.
+func operators() [26]string {
+	return [...]string{"//", "**", "==", "!=", "<=", ">=", "+", "-", "/", "*", "%", "~", "[", "]", "(", ")", "{", "}", "<", ">", "=", ".", ":", "|", ",", ";"}
+}
 
 // lexTag tokenises the inside of a {{ }} or {% %} tag and its closer.
 func lexTag(src string, pos int, isVar bool, toks []token, line *int) ([]token, int, error) {
@@ -237,7 +240,7 @@ func lexTag(src string, pos int, isVar bool, toks []token, line *int) ([]token, 
 			pos += n
 		default:
 			found := ""
-			for _, op := range opList {
+			for _, op := range operators() {
 				if strings.HasPrefix(rest, op) {
 					found = op
 					break
