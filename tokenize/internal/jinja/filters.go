@@ -92,9 +92,10 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 		return &List{Items: append([]Value(nil), items...)}, nil
 	}
 	if u, ok := x.(Undefined); ok {
+		// Undefined reads as "" and as an empty iterable, as in jinja2; only
+		// filters that need a number or a mapping fail.
 		switch name {
-		case "trim", "lower", "upper", "join", "items", "first", "last", "reverse", "escape", "e", "safe":
-		default:
+		case "int", "float", "abs", "round", "dictsort", "indent":
 			return nil, errf("'%s' is undefined", u.Name)
 		}
 	}

@@ -113,6 +113,10 @@ T = [
     ("err_unhashable_key", "{{ {[1]: 2} }}"),
     ("markup", "{{ '<b>'|safe + '<i>' }} {{ 'x<' + '<y>'|safe }} {{ \"'q' & \\\"d\\\"\"|safe + \"'q' & \\\"d\\\"\" }} {{ '<a>'|e }} {{ ('<a>'|e)|e }} {{ '<a>'|forceescape }} {{ '<'|safe ~ '>' }} {{ ('a'|safe) == 'a' }} {{ ('ab'|safe) | length }} {{ ('x'|safe) is string }} {{ ('<s>'|safe + '<t>') | tojson }} {{ q|safe }}|"),
     ("err_markup_plus_int", "{{ 'a'|safe + 1 }}"),
+    ("undefined_filters", "[{{ q|first }}][{{ q|last }}]{{ q|sort }}[{{ q|capitalize }}][{{ q|replace('a', 'b') }}][{{ q|e }}][{{ q|safe }}]{{ q|sum }}{{ q|unique|list }}{{ q|map('x')|list }}{{ q|select|list }}[{{ q|title }}]{{ q|wordcount }}[{{ q|center(6) }}]{{ q|items|list }}{{ q|join(',') }}{{ q|length }}[{{ q|upper }}][{{ q|lower }}][{{ q|trim }}]{{ q|list }}[{{ q|string }}]{{ q|batch(2)|list }}"),
+    ("err_undefined_int", "{{ q|int }}"),
+    ("err_undefined_round", "{{ q|round }}"),
+    ("err_undefined_dictsort", "{{ q|dictsort }}"),
     ("undefined_print", "[{{ q }}][{{ d.q }}][{{ l[9] }}]"),
     # errors
     ("err_raise", "{{ raise_exception('boom') }}"),
