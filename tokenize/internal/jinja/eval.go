@@ -1107,6 +1107,9 @@ func numop(op string, l, r Value) (Value, error) {
 			if m != 0 && (m < 0) != (b < 0) {
 				m += b
 			}
+			if m == 0 {
+				m = math.Copysign(0, b) // Python: the result takes the divisor's sign
+			}
 			return m, nil
 		case "**":
 			return math.Pow(a, b), nil

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 )
 
 func (r *renderer) applyFilter(f *filterExpr, x Value, s *scope) (Value, error) {
@@ -113,7 +114,7 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 	case "capitalize":
 		return pyCapitalize(str(x)), nil
 	case "title":
-		return pyTitle(str(x)), nil
+		return jinjaTitle(str(x)), nil
 	case "safe", "escape", "e", "forceescape":
 		return Markup(""), nil // undefined: jinja gives an empty markup string
 	case "replace":
@@ -270,6 +271,9 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 		}
 		return def, nil
 	case "abs":
+		if bv, ok := x.(bool); ok {
+			x = map[bool]int64{false: 0, true: 1}[bv]
+		}
 		switch v := x.(type) {
 		case int64:
 			if v < 0 {
@@ -292,6 +296,12 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 			return nil, err
 		}
 		method := str(arg(args, kwargs, 1, "method", "common"))
+		if _, isFloat := x.(float64); !isFloat && method == "common" && prec >= 0 {
+			if bv, ok := x.(bool); ok {
+				return map[bool]int64{false: 0, true: 1}[bv], nil
+			}
+			return x, nil // Python's round of an int is that int
+		}
 		p := math.Pow(10, float64(prec))
 		switch method {
 		case "ceil":
@@ -301,6 +311,9 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 		}
 		return math.RoundToEven(f*p) / p, nil
 	case "indent":
+		if _, ok := x.(string); !ok {
+			return nil, errf("indent needs a string, not %s", typeName(x))
+		}
 		return indent(str(x), args, kwargs)
 	case "center":
 		w, err := intArg(args, 0, 80)
@@ -312,33 +325,46 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 		if w <= n {
 			return sv, nil
 		}
-		left := (w - n) / 2
-		if (w-n)%2 == 1 && n%2 == 1 {
-			left++
-		}
+		marg := w - n
+		left := marg/2 + (marg & w & 1) // CPython's str.center
 		return strings.Repeat(" ", left) + sv + strings.Repeat(" ", w-n-left), nil
 	case "wordcount":
-		items, _ := pySplit(str(x), "", false, -1)
-		return int64(len(items)), nil
+		// jinja counts matches of \w+.
+		n, in := int64(0), false
+		for _, r := range str(x) {
+			w := r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsNumber(r) || unicode.Is(unicode.Mn, r)
+			if w && !in {
+				n++
+			}
+			in = w
+		}
+		return n, nil
 	case "unique":
 		items, err := iterate(x)
 		if err != nil {
 			return nil, err
 		}
-		out := &List{}
+		caseSens := truth(arg(args, kwargs, 0, "case_sensitive", false))
+		attr := arg(args, kwargs, 1, "attribute", nil)
+		seen := make(map[string]bool, len(items))
+		var out []Value
 		for _, it := range items {
-			dup := false
-			for _, o := range out.Items {
-				if equal(sortKey(o, false), sortKey(it, false)) {
-					dup = true
-					break
+			k := it
+			if attr != nil {
+				if k, err = getItemOrAttr(it, attr); err != nil {
+					return nil, err
 				}
 			}
-			if !dup {
-				out.Items = append(out.Items, it)
+			key, err := dictKey(sortKey(k, caseSens))
+			if err != nil {
+				return nil, err
+			}
+			if !seen[key] {
+				seen[key] = true
+				out = append(out, it)
 			}
 		}
-		return newGen(out.Items), nil
+		return newGen(out), nil
 	case "sort":
 		items, err := iterate(x)
 		if err != nil {
@@ -662,7 +688,7 @@ func (r *renderer) applyTest(name string, x Value, args []Value) (bool, error) {
 		return false, nil
 	case "sequence":
 		switch x.(type) {
-		case string, *List, *Dict:
+		case string, *List, *Dict, Undefined:
 			return true, nil
 		}
 		return false, nil
@@ -673,11 +699,14 @@ func (r *renderer) applyTest(name string, x Value, args []Value) (bool, error) {
 		}
 		return false, nil
 	case "odd", "even":
-		n, ok := x.(int64)
-		if !ok {
-			return false, errf("test '%s' needs an integer", name)
+		m, err := binop("%", x, int64(2))
+		if err != nil {
+			return false, err
 		}
-		return (n%2 != 0) == (name == "odd"), nil
+		if name == "odd" {
+			return equal(m, int64(1)), nil
+		}
+		return equal(m, int64(0)), nil
 	case "divisibleby":
 		a, err := arg0()
 		if err != nil {
@@ -726,12 +755,12 @@ func (r *renderer) applyTest(name string, x Value, args []Value) (bool, error) {
 			return x == a, nil
 		}
 		return fmt.Sprintf("%p", x) == fmt.Sprintf("%p", a) && equal(x, a), nil
-	case "lower":
-		sv := str(x)
-		return strings.ToLower(sv) == sv, nil
-	case "upper":
-		sv := str(x)
-		return strings.ToUpper(sv) == sv, nil
+	case "lower", "upper":
+		v, err := strMethod(str(x), "is"+name).Call(nil, nil)
+		if err != nil {
+			return false, err
+		}
+		return v.(bool), nil
 	case "escaped":
 		return false, nil
 	}
@@ -795,6 +824,28 @@ func strftime(t time.Time, f string) string {
 		default:
 			b.WriteByte('%')
 			b.WriteByte(f[i])
+		}
+	}
+	return b.String()
+}
+
+// jinjaTitle is jinja's title filter (not str.title): a word starts after a
+// run of '-', whitespace, '(', '{', '[' or '<'; its first character is
+// upper-cased and the rest lower-cased.
+func jinjaTitle(s string) string {
+	sep := func(r rune) bool { return r == '-' || r == '(' || r == '{' || r == '[' || r == '<' || pyIsSpace(r) }
+	var b strings.Builder
+	start := true
+	for _, r := range s {
+		switch {
+		case sep(r):
+			b.WriteRune(r)
+			start = true
+		case start:
+			b.WriteString(strings.ToUpper(string(r)))
+			start = false
+		default:
+			b.WriteString(strings.ToLower(string(r)))
 		}
 	}
 	return b.String()

@@ -157,6 +157,8 @@ func dictKey(v Value) (string, error) {
 		return x, nil
 	case nil:
 		return keyPrefix + "n", nil
+	case Undefined:
+		return keyPrefix + "u", nil
 	case bool, int64, *big.Int:
 		b, _ := bigOf(x)
 		return keyPrefix + "i" + b.String(), nil
@@ -166,6 +168,15 @@ func dictKey(v Value) (string, error) {
 			return keyPrefix + "i" + b.String(), nil
 		}
 		return keyPrefix + "f" + strconv.FormatFloat(x, 'g', -1, 64), nil
+	case *List:
+		if x.Tuple {
+			for _, it := range x.Items {
+				if _, err := dictKey(it); err != nil {
+					return "", err
+				}
+			}
+			return keyPrefix + "t" + repr(x), nil
+		}
 	}
 	return "", errf("unhashable type: '%s'", typeName(v))
 }
