@@ -123,3 +123,20 @@ func TestConversationBodySize(t *testing.T) {
 		t.Fatalf("unexpected render: %d turns, suffix %q", strings.Count(out, "<|im_start|>"), out[max(0, len(out)-40):])
 	}
 }
+
+// BenchmarkLoadChatTemplate measures reading tokenizer_config.json and
+// compiling its templates (B/op is the garbage made; the retained template
+// is a small fraction of it).
+func BenchmarkLoadChatTemplate(b *testing.B) {
+	for _, fam := range chatFamilies {
+		b.Run(fam, func(b *testing.B) {
+			dir := filepath.Join("testdata", "models", fam)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := LoadChatTemplate(dir); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
