@@ -32,6 +32,18 @@ convs = {
  "think_kwargs_on": dict(messages=[{"role": "user", "content": "Q"}], add_generation_prompt=True, kwargs={"enable_thinking": True, "thinking": True, "reasoning_effort": "high"}),
  "unicode_ws": dict(messages=[{"role": "system", "content": "  padded system \n"}, {"role": "user", "content": "Ünïcödé 😀 <b>&amp;</b> \"q\" 'a'\n\n  trailing  "}, {"role": "assistant", "content": "<think>\nhmm\n</think>\n\nok"}, {"role": "user", "content": "again"}], add_generation_prompt=True),
  "thinking_field": dict(messages=[{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1", "thinking": "t1"}, {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2", "thinking": "t2"}], add_generation_prompt=False),
+"complex_tools": dict(messages=[{"role": "system", "content": "Use tools.\nCarefully."}, {"role": "user", "content": "Plan a trip"}], tools=[
+    {"type": "function", "function": {"name": "book", "description": "Book a \"trip\"\nwith options", "parameters": {"type": "object", "properties": {
+        "where": {"type": "string", "enum": ["Paris", "Rome"], "description": "City"},
+        "when": {"type": ["string", "null"], "description": "ISO date"},
+        "people": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}}, "required": ["name"]}},
+        "budget": {"anyOf": [{"type": "number"}, {"type": "string"}], "default": 1000.0},
+        "flags": {"type": "object", "additionalProperties": {"type": "boolean"}},
+        "nested": {"type": "object", "properties": {"deep": {"type": "object", "properties": {"x": {"type": "number", "default": 0.5}}}}}},
+        "required": ["where", "people"]}}},
+    {"type": "function", "function": {"name": "noop", "description": "", "parameters": {"type": "object", "properties": {}}}}], add_generation_prompt=True),
+ "named_and_tool_list": dict(messages=[{"role": "system", "content": "S1"}, {"role": "system", "content": "S2"}, {"role": "user", "content": "hi", "name": "bob"}, {"role": "assistant", "content": "<think>\nx\n</think>\n\nhello", "tool_calls": [{"id": "c9", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Nice"}}}]}, {"role": "tool", "tool_call_id": "c9", "content": [{"type": "text", "text": "sunny"}]}, {"role": "user", "content": "ok"}], tools=tools, add_generation_prompt=True),
+ "long_history": dict(messages=[m for i in range(6) for m in ({"role": "user", "content": "question %d" % i}, {"role": "assistant", "content": "answer %d" % i, "reasoning_content": "why %d" % i})] + [{"role": "user", "content": "last"}], add_generation_prompt=True),
 }
 out = []
 for path in sorted(glob.glob(sys.argv[1] + "/*.jinja")):
