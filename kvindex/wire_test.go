@@ -94,7 +94,7 @@ func TestDecodeForms(t *testing.T) {
 			},
 		},
 		{
-			name: "nil ts and rank",
+			name:    "nil ts and rank",
 			payload: (&enc{}).arr(3).nil().arr(0).nil().b,
 			check: func(t *testing.T, b *Batch) {
 				if b.HasDPRank || b.TS != 0 {
