@@ -5,7 +5,6 @@ import (
 	"math/bits"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,7 +80,12 @@ type Index struct {
 	free  []uint32
 	head  uint32 // most recently touched
 	tail  uint32 // least recently touched
-	tick  uint32 // touched stamps; advanced by writers, read atomically
+
+	// Lookups cannot reorder the LRU list under the read lock, so they log
+	// the chains they hit (node indices, each chain ended by 0) and the next
+	// writer replays the log before changing anything.
+	touchMu  sync.Mutex
+	touchLog []uint32
 
 	slots    []*slot // by slot id; nil when free
 	byName   map[slotName]uint16
@@ -115,8 +119,6 @@ type node struct {
 	specUntil int64 // unix nanos; the latest expiry among spec bits
 	prev      uint32
 	next      uint32
-	listed    uint32 // tick when placed at the LRU head
-	touched   uint32 // tick of the last lookup hit; atomic
 }
 
 // entry is one slot's hold on a node: its engine hash and reference counts
@@ -158,7 +160,6 @@ func New(opts ...Option) *Index {
 		specTTL:    DefaultSpeculativeTTL,
 		log:        slog.New(slog.DiscardHandler),
 		now:        time.Now,
-		tick:       1,
 	}
 	for _, o := range opts {
 		o(ix)
@@ -225,8 +226,8 @@ func (ix *Index) Apply(src Source, b *Batch) {
 	s := ix.slotLocked(src)
 	now := ix.now()
 	s.lastAt = now
+	ix.drainTouchesLocked()
 	ix.sweepLocked(now.UnixNano())
-	ix.tick++
 	for i := range b.Events {
 		ix.applyLocked(s, &b.Events[i])
 	}
@@ -483,7 +484,6 @@ func (ix *Index) unlink(ni uint32) {
 
 func (ix *Index) toFront(ni uint32) {
 	if ix.head == ni {
-		ix.nodes[ni].listed = ix.tick
 		return
 	}
 	ix.unlink(ni)
@@ -496,20 +496,50 @@ func (ix *Index) toFront(ni uint32) {
 	if ix.tail == 0 {
 		ix.tail = ni
 	}
-	n.listed = ix.tick
+}
+
+// maxTouchLog bounds the lookup touch log; touches past it are dropped
+// (they only affect which blocks the budget evicts first).
+const maxTouchLog = 1 << 18
+
+// logTouches records a chain a lookup hit, root first. Called under the
+// read lock, so every logged index is valid when the next writer drains.
+func (ix *Index) logTouches(chain []uint32) {
+	if len(chain) == 0 {
+		return
+	}
+	ix.touchMu.Lock()
+	if len(ix.touchLog)+len(chain)+1 <= maxTouchLog {
+		ix.touchLog = append(ix.touchLog, chain...)
+		ix.touchLog = append(ix.touchLog, 0)
+	}
+	ix.touchMu.Unlock()
+}
+
+// drainTouchesLocked moves the chains lookups hit to the LRU head in the
+// order they were hit, each tail first so that its root ends up most recent.
+func (ix *Index) drainTouchesLocked() {
+	// The write lock excludes every lookup, so touchMu is not needed.
+	log := ix.touchLog
+	ix.touchLog = log[:0]
+	start := 0
+	for i, ni := range log {
+		if ni != 0 {
+			continue
+		}
+		for j := i - 1; j >= start; j-- {
+			ix.toFront(log[j])
+		}
+		start = i + 1
+	}
 }
 
 // evictLocked drops least recently touched nodes until the entry budget
-// holds. A node a lookup touched since it was listed gets a second chance.
+// holds.
 func (ix *Index) evictLocked() {
 	for ix.entries > ix.budget && ix.tail != 0 {
 		ni := ix.tail
 		n := &ix.nodes[ni]
-		if t := atomic.LoadUint32(&n.touched); t > n.listed {
-			ix.toFront(ni)
-			n.listed = t
-			continue
-		}
 		ix.m.evictions.Inc()
 		for len(n.entries) > 0 {
 			e := n.entries[len(n.entries)-1]
@@ -545,7 +575,7 @@ func (ix *Index) Speculate(worker string, key ChainKey, tokens []uint32, blockSi
 	now := ix.now().UnixNano()
 	ix.sweepLocked(now)
 	until := now + int64(ix.specTTL)
-	ix.tick++
+	ix.drainTouchesLocked()
 	keys := BlockKeys(key, tokens, blockSize)
 	for i := len(keys) - 1; i >= 0; i-- {
 		ni := ix.nodeFor(keys[i])
@@ -638,7 +668,8 @@ func (ix *Index) Lookup(key ChainKey, tokens []uint32, blockSize int) []Match {
 	depthAny, depthGPU := depth[:ix.maxSlots], depth[ix.maxSlots:2*ix.maxSlots]
 	anyAlive, gpuAlive := alive[:words], alive[words:2*words]
 	now := ix.now().UnixNano()
-	tick := atomic.LoadUint32(&ix.tick)
+	var pathStack [512]uint32
+	path := pathStack[:0]
 	h := key.root()
 	matched := 0
 	for i := range limit {
@@ -672,9 +703,7 @@ func (ix *Index) Lookup(key ChainKey, tokens []uint32, blockSize int) []Match {
 		if !live {
 			break
 		}
-		if atomic.LoadUint32(&n.touched) != tick {
-			atomic.StoreUint32(&n.touched, tick)
-		}
+		path = append(path, ni)
 		matched = i + 1
 	}
 	for w := range words {
@@ -688,6 +717,7 @@ func (ix *Index) Lookup(key ChainKey, tokens []uint32, blockSize int) []Match {
 			depthGPU[w*64+bits.TrailingZeros64(g)] = int32(matched)
 		}
 	}
+	ix.logTouches(path)
 	var out []Match
 	for id, d := range depthAny {
 		if d == 0 || ix.slots[id] == nil {

@@ -49,7 +49,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"result"}),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "warmpath", Subsystem: "kvindex", Name: "resets_total",
-			Help: "Times a worker stream's entries were cleared, by reason (seq_backwards, replay_truncated, replay_failed, removed).",
+			Help: "Times a worker stream's entries were cleared, by reason (seq_backwards, gap_no_replay, gap_after_replay, replay_truncated, replay_failed).",
 		}, []string{"reason"}),
 		entries: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "warmpath", Subsystem: "kvindex", Name: "entries",
