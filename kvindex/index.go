@@ -75,7 +75,7 @@ func WithClock(now func() time.Time) Option {
 type Index struct {
 	mu sync.RWMutex
 
-	keys  map[uint64]uint32 // block key → node index
+	keys  table  // block key → node index
 	nodes []node            // index 0 is unused, so 0 means "none"
 	free  []uint32
 	head  uint32 // most recently touched
@@ -135,7 +135,7 @@ type slot struct {
 	id     uint16
 	name   slotName
 	model  string
-	blocks map[uint64]uint32 // engine hash → node index
+	blocks table // engine hash → node index
 	specQ  []specItem
 	specAt map[uint32]int64 // node → expiry of its latest speculation
 
@@ -152,7 +152,6 @@ type specItem struct {
 // New returns an empty Index.
 func New(opts ...Option) *Index {
 	ix := &Index{
-		keys:       make(map[uint64]uint32),
 		nodes:      make([]node, 1),
 		byName:     make(map[slotName]uint16),
 		budget:     DefaultEntryBudget,
@@ -206,7 +205,6 @@ func (ix *Index) slotLocked(src Source) *slot {
 		id:     uint16(id),
 		name:   name,
 		model:  src.Model,
-		blocks: make(map[uint64]uint32),
 		specAt: make(map[uint32]int64),
 		since:  now,
 		status: SlotStatus{Worker: src.Worker, Rank: src.Rank, Model: src.Model, LastSeq: -1},
@@ -238,7 +236,7 @@ func (ix *Index) Apply(src Source, b *Batch) {
 		ix.m.skipped.WithLabelValues("unknown_field").Add(float64(b.UnknownFields))
 	}
 	ix.evictLocked()
-	ix.m.entries.Set(float64(ix.entries))
+	ix.gaugesLocked()
 }
 
 func (ix *Index) applyLocked(s *slot, ev *Event) {
@@ -270,8 +268,8 @@ func (ix *Index) applyLocked(s *slot, ev *Event) {
 		s.status.BlockSize = ev.BlockSize
 		var key uint64
 		if ev.HasParent {
-			ni, ok := s.blocks[ev.ParentHash]
-			if !ok {
+			ni := s.blocks.get(ev.ParentHash)
+			if ni == 0 {
 				// Missed events: the chain cannot be placed. Never guess.
 				ix.m.skipUnreachable.Inc()
 				s.status.Unreachable++
@@ -319,7 +317,7 @@ func indexedGroup(ev *Event) bool {
 }
 
 func (ix *Index) nodeFor(key uint64) uint32 {
-	if ni, ok := ix.keys[key]; ok {
+	if ni := ix.keys.get(key); ni != 0 {
 		return ni
 	}
 	var ni uint32
@@ -332,13 +330,12 @@ func (ix *Index) nodeFor(key uint64) uint32 {
 	}
 	n := &ix.nodes[ni]
 	n.key = key
-	ix.keys[key] = ni
-	ix.m.nodes.Inc()
+	ix.keys.put(key, ni)
 	return ni
 }
 
 func (ix *Index) storeLocked(s *slot, hash, key uint64, gpu bool) {
-	if ni, ok := s.blocks[hash]; ok && ix.nodes[ni].key != key {
+	if ni := s.blocks.get(hash); ni != 0 && ix.nodes[ni].key != key {
 		// The engine reused a hash for different content (a fold
 		// collision or a reset we missed): forget the old block.
 		ix.dropEntryLocked(s, ni, hash)
@@ -349,7 +346,7 @@ func (ix *Index) storeLocked(s *slot, hash, key uint64, gpu bool) {
 	if e == nil {
 		n.entries = append(n.entries, entry{hash: hash, slot: s.id})
 		e = &n.entries[len(n.entries)-1]
-		s.blocks[hash] = ni
+		s.blocks.put(hash, ni)
 		s.status.Blocks++
 		ix.entries++
 	}
@@ -373,8 +370,8 @@ func (ix *Index) storeLocked(s *slot, hash, key uint64, gpu bool) {
 // removeLocked drops one reference of hash in one medium. It reports
 // whether the hash was known.
 func (ix *Index) removeLocked(s *slot, hash uint64, gpu bool) bool {
-	ni, ok := s.blocks[hash]
-	if !ok {
+	ni := s.blocks.get(hash)
+	if ni == 0 {
 		return false
 	}
 	n := &ix.nodes[ni]
@@ -417,7 +414,7 @@ func (ix *Index) dropEntryLocked(s *slot, ni uint32, hash uint64) {
 	}
 	n.clear(bGPU, s.id)
 	n.clear(bOff, s.id)
-	delete(s.blocks, hash)
+	s.blocks.del(hash)
 	ix.maybeFree(ni)
 }
 
@@ -427,22 +424,20 @@ func (ix *Index) maybeFree(ni uint32) {
 		return
 	}
 	ix.unlink(ni)
-	delete(ix.keys, n.key)
+	ix.keys.del(n.key)
 	*n = node{entries: n.entries[:0]}
 	ix.free = append(ix.free, ni)
-	ix.m.nodes.Dec()
 }
 
 // clearSlotLocked drops every entry of s, real and speculative.
 func (ix *Index) clearSlotLocked(s *slot) {
-	for hash, ni := range s.blocks {
-		ix.dropEntryLocked(s, ni, hash)
-	}
+	blocks := s.blocks
+	s.blocks.reset()
+	blocks.each(func(hash uint64, ni uint32) { ix.dropEntryLocked(s, ni, hash) })
 	for ni := range s.specAt {
 		ix.dropSpecLocked(s, ni)
 	}
 	s.specQ = s.specQ[:0]
-	clear(s.blocks)
 }
 
 func (ix *Index) dropSpecLocked(s *slot, ni uint32) {
@@ -595,7 +590,7 @@ func (ix *Index) Speculate(worker string, key ChainKey, tokens []uint32, blockSi
 		ix.toFront(ni)
 	}
 	ix.evictLocked()
-	ix.m.entries.Set(float64(ix.entries))
+	ix.gaugesLocked()
 }
 
 // sweepLocked drops expired speculative entries.
@@ -674,8 +669,8 @@ func (ix *Index) Lookup(key ChainKey, tokens []uint32, blockSize int) []Match {
 	matched := 0
 	for i := range limit {
 		h = blockKey(h, tokens[i*blockSize:(i+1)*blockSize])
-		ni, ok := ix.keys[h]
-		if !ok {
+		ni := ix.keys.get(h)
+		if ni == 0 {
 			break
 		}
 		n := &ix.nodes[ni]
@@ -804,4 +799,9 @@ func (n *node) anySpec() bool {
 		}
 	}
 	return false
+}
+
+func (ix *Index) gaugesLocked() {
+	ix.m.entries.Set(float64(ix.entries))
+	ix.m.nodes.Set(float64(ix.keys.len()))
 }

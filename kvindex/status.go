@@ -114,7 +114,7 @@ func (ix *Index) Reset(src Source, reason string) {
 	ix.clearSlotLocked(s)
 	s.status.Resets++
 	ix.m.resets.WithLabelValues(reason).Inc()
-	ix.m.entries.Set(float64(ix.entries))
+	ix.gaugesLocked()
 	ix.log.Warn("kv index stream reset", "worker", src.Worker, "rank", src.Rank, "reason", reason)
 }
 
@@ -130,7 +130,7 @@ func (ix *Index) RemoveWorker(worker string) {
 		delete(ix.byName, s.name)
 		ix.slots[i] = nil
 	}
-	ix.m.entries.Set(float64(ix.entries))
+	ix.gaugesLocked()
 }
 
 // update runs fn on the status of src's stream under the write lock.
