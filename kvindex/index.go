@@ -76,7 +76,7 @@ type Index struct {
 	mu sync.RWMutex
 
 	keys  table  // block key → node index
-	nodes []node            // index 0 is unused, so 0 means "none"
+	nodes []node // index 0 is unused, so 0 means "none"
 	free  []uint32
 	head  uint32 // most recently touched
 	tail  uint32 // least recently touched
