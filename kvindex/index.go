@@ -91,7 +91,8 @@ type Index struct {
 	byName   map[slotName]uint16
 	entries  int // (node, slot) entries including speculative ones
 	specs    int // speculative entries
-	maxSlots int // len(slots) rounded to words
+	maxSlots int // highest slot id + 1
+	ranked   int // slots with a data-parallel rank above 0
 
 	budget     int
 	staleAfter time.Duration
@@ -211,6 +212,9 @@ func (ix *Index) slotLocked(src Source) *slot {
 	}
 	ix.slots[id] = s
 	ix.byName[name] = s.id
+	if src.Rank > 0 {
+		ix.ranked++
+	}
 	ix.maxSlots = max(ix.maxSlots, id+1)
 	return s
 }
@@ -665,41 +669,60 @@ func (ix *Index) Lookup(key ChainKey, tokens []uint32, blockSize int) []Match {
 	now := ix.now().UnixNano()
 	var pathStack [512]uint32
 	path := pathStack[:0]
+	// Keys are computed a chunk at a time and probed together, so the
+	// CPU overlaps the probes' cache misses; chunks double from 16 blocks
+	// so that an early miss wastes little hashing.
+	var keyBuf [256]uint64
+	var niBuf [256]uint32
 	h := key.root()
 	matched := 0
-	for i := range limit {
-		h = blockKey(h, tokens[i*blockSize:(i+1)*blockSize])
-		ni := ix.keys.get(h)
-		if ni == 0 {
-			break
+	chunk := 16
+walk:
+	for base := 0; base < limit; {
+		c := min(chunk, limit-base, len(keyBuf))
+		chunk *= 2
+		for j := range c {
+			at := (base + j) * blockSize
+			h = blockKey(h, tokens[at:at+blockSize])
+			keyBuf[j] = h
 		}
-		n := &ix.nodes[ni]
-		specOK := n.specUntil > now
-		live := false
-		for w := range words {
-			g := n.word(bGPU, w)
-			if specOK {
-				g |= n.word(bSpec, w)
+		for j := range c {
+			niBuf[j] = ix.keys.get(keyBuf[j])
+		}
+		for j, ni := range niBuf[:c] {
+			if ni == 0 {
+				break walk
 			}
-			a := g | n.word(bOff, w)
-			if i > 0 {
-				for d := anyAlive[w] &^ a; d != 0; d &= d - 1 {
-					depthAny[w*64+bits.TrailingZeros64(d)] = int32(i)
+			i := base + j
+			n := &ix.nodes[ni]
+			specOK := n.specUntil > now
+			live := false
+			for w := range words {
+				g := n.word(bGPU, w)
+				if specOK {
+					g |= n.word(bSpec, w)
 				}
-				for d := gpuAlive[w] &^ g; d != 0; d &= d - 1 {
-					depthGPU[w*64+bits.TrailingZeros64(d)] = int32(i)
+				a := g | n.word(bOff, w)
+				if i > 0 {
+					for d := anyAlive[w] &^ a; d != 0; d &= d - 1 {
+						depthAny[w*64+bits.TrailingZeros64(d)] = int32(i)
+					}
+					for d := gpuAlive[w] &^ g; d != 0; d &= d - 1 {
+						depthGPU[w*64+bits.TrailingZeros64(d)] = int32(i)
+					}
+					a &= anyAlive[w]
+					g &= gpuAlive[w]
 				}
-				a &= anyAlive[w]
-				g &= gpuAlive[w]
+				anyAlive[w], gpuAlive[w] = a, g
+				live = live || a != 0
 			}
-			anyAlive[w], gpuAlive[w] = a, g
-			live = live || a != 0
+			if !live {
+				break walk
+			}
+			path = append(path, ni)
+			matched = i + 1
 		}
-		if !live {
-			break
-		}
-		path = append(path, ni)
-		matched = i + 1
+		base += c
 	}
 	for w := range words {
 		if matched == 0 {
@@ -713,7 +736,11 @@ func (ix *Index) Lookup(key ChainKey, tokens []uint32, blockSize int) []Match {
 		}
 	}
 	ix.logTouches(path)
-	var out []Match
+	out := make([]Match, 0, min(ix.maxSlots, 64))
+	var byWorker map[string]int // only with data-parallel ranks
+	if ix.ranked > 0 {
+		byWorker = make(map[string]int)
+	}
 	for id, d := range depthAny {
 		if d == 0 || ix.slots[id] == nil {
 			continue
@@ -721,19 +748,16 @@ func (ix *Index) Lookup(key ChainKey, tokens []uint32, blockSize int) []Match {
 		s := ix.slots[id]
 		m := Match{Worker: s.name.worker, Rank: s.name.rank, GPUTokens: int(depthGPU[id]) * blockSize}
 		m.OffloadedTokens = int(d)*blockSize - m.GPUTokens
-		merged := false
-		for j := range out {
-			if out[j].Worker == m.Worker {
+		if byWorker != nil {
+			if j, ok := byWorker[m.Worker]; ok {
 				if m.CachedTokens() > out[j].CachedTokens() {
 					out[j] = m
 				}
-				merged = true
-				break
+				continue
 			}
+			byWorker[m.Worker] = len(out)
 		}
-		if !merged {
-			out = append(out, m)
-		}
+		out = append(out, m)
 	}
 	ix.m.lookup.Observe(time.Since(start).Seconds())
 	return out

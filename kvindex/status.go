@@ -129,6 +129,9 @@ func (ix *Index) RemoveWorker(worker string) {
 		ix.clearSlotLocked(s)
 		delete(ix.byName, s.name)
 		ix.slots[i] = nil
+		if s.name.rank > 0 {
+			ix.ranked--
+		}
 	}
 	ix.gaugesLocked()
 }
