@@ -3,6 +3,7 @@ package kvindex
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -155,4 +156,37 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestDecodeValue(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		raw  []byte
+		want string
+	}{
+		{"lora and salt", (&enc{}).arr(2).str("sql").str("tenant-a").b, "[sql tenant-a]"},
+		{"multimodal item", (&enc{}).arr(1).arr(2).str("mm-abc").uint(4).b, "[[mm-abc 4]]"},
+		{"negative and huge ints", (&enc{}).arr(2).int(-5).uint(1 << 63).b, "[-5 9223372036854775808]"},
+		{"map", (&enc{}).mp(1).str("k").nil().b, "map[k:<nil>]"},
+		{"bytes", (&enc{}).bin([]byte{1, 2}).b, "[1 2]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			v, err := DecodeValue(tc.raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fmt.Sprint(v); got != tc.want {
+				t.Errorf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+	if _, err := DecodeValue([]byte{0x92, 0x01}); !errors.Is(err, ErrTruncated) {
+		t.Errorf("truncated array: %v", err)
+	}
+	if _, err := DecodeValue([]byte{0x01, 0x01}); err == nil {
+		t.Error("trailing bytes accepted")
+	}
 }
