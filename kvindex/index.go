@@ -109,17 +109,24 @@ type slotName struct {
 	rank   int
 }
 
-// node is one block key and the slots holding it.
+// node is one block key and the slots holding it. It is 64 bytes, one
+// cache line: what is rare (speculation, more than 64 streams) lives in ext.
 type node struct {
 	key uint64
-	// lo holds the bitsets of slots 0–63 by kind (bGPU, bOff, bSpec); hi
-	// holds further words, and is nil for pools of up to 64 streams.
-	lo        [3]uint64
-	hi        *[3][]uint64
-	entries   []entry
-	specUntil int64 // unix nanos; the latest expiry among spec bits
-	prev      uint32
-	next      uint32
+	// lo holds the GPU and other-medium bitsets of slots 0–63.
+	lo      [2]uint64
+	ext     *nodeExt // nil unless speculated on or held by slot ≥ 64
+	entries []entry
+	prev    uint32
+	next    uint32
+}
+
+// nodeExt holds a node's rare state.
+type nodeExt struct {
+	spec      uint64 // speculative bitset of slots 0–63
+	specUntil int64  // unix nanos; the latest expiry among spec bits
+	// hi holds further words of the bitsets by kind (bGPU, bOff, bSpec).
+	hi [3][]uint64
 }
 
 // entry is one slot's hold on a node: its engine hash and reference counts
@@ -588,7 +595,7 @@ func (ix *Index) Speculate(worker string, key ChainKey, tokens []uint32, blockSi
 			ix.entries++
 			ix.specs++
 		}
-		n.specUntil = max(n.specUntil, until)
+		n.ext.specUntil = max(n.ext.specUntil, until)
 		s.specAt[ni] = until
 		s.specQ = append(s.specQ, specItem{node: ni, until: until})
 		ix.toFront(ni)
@@ -695,7 +702,7 @@ walk:
 			}
 			i := base + j
 			n := &ix.nodes[ni]
-			specOK := n.specUntil > now
+			specOK := n.specLive(now)
 			live := false
 			for w := range words {
 				g := n.word(bGPU, w)
@@ -773,37 +780,49 @@ const (
 // word returns word w of bitset k.
 func (n *node) word(k, w int) uint64 {
 	if w == 0 {
-		return n.lo[k]
+		if k < bSpec {
+			return n.lo[k]
+		}
+		if n.ext == nil {
+			return 0
+		}
+		return n.ext.spec
 	}
-	if n.hi == nil || w-1 >= len(n.hi[k]) {
+	if n.ext == nil || w-1 >= len(n.ext.hi[k]) {
 		return 0
 	}
-	return n.hi[k][w-1]
+	return n.ext.hi[k][w-1]
 }
 
 func (n *node) set(k int, id uint16) {
 	w := int(id) / 64
-	if w == 0 {
+	if w == 0 && k < bSpec {
 		n.lo[k] |= 1 << id
 		return
 	}
-	if n.hi == nil {
-		n.hi = new([3][]uint64)
+	if n.ext == nil {
+		n.ext = new(nodeExt)
 	}
-	for len(n.hi[k]) < w {
-		n.hi[k] = append(n.hi[k], 0)
+	if w == 0 {
+		n.ext.spec |= 1 << id
+		return
 	}
-	n.hi[k][w-1] |= 1 << (id % 64)
+	for len(n.ext.hi[k]) < w {
+		n.ext.hi[k] = append(n.ext.hi[k], 0)
+	}
+	n.ext.hi[k][w-1] |= 1 << (id % 64)
 }
 
 func (n *node) clear(k int, id uint16) {
 	w := int(id) / 64
-	if w == 0 {
+	switch {
+	case w == 0 && k < bSpec:
 		n.lo[k] &^= 1 << id
-		return
-	}
-	if n.hi != nil && w-1 < len(n.hi[k]) {
-		n.hi[k][w-1] &^= 1 << (id % 64)
+	case n.ext == nil:
+	case w == 0:
+		n.ext.spec &^= 1 << id
+	case w-1 < len(n.ext.hi[k]):
+		n.ext.hi[k][w-1] &^= 1 << (id % 64)
 	}
 }
 
@@ -812,17 +831,23 @@ func (n *node) has(k int, id uint16) bool {
 }
 
 func (n *node) anySpec() bool {
-	if n.lo[bSpec] != 0 {
+	if n.ext == nil {
+		return false
+	}
+	if n.ext.spec != 0 {
 		return true
 	}
-	if n.hi != nil {
-		for _, w := range n.hi[bSpec] {
-			if w != 0 {
-				return true
-			}
+	for _, w := range n.ext.hi[bSpec] {
+		if w != 0 {
+			return true
 		}
 	}
 	return false
+}
+
+// specLive reports whether the node's speculative bits are unexpired.
+func (n *node) specLive(now int64) bool {
+	return n.ext != nil && n.ext.specUntil > now
 }
 
 func (ix *Index) gaugesLocked() {
