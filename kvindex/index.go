@@ -185,7 +185,12 @@ type Source struct {
 	Model string
 }
 
-// slotLocked returns the slot for src, creating it. ix.mu must be held.
+// MaxStreams bounds the (worker, rank) streams an Index tracks; events of
+// further streams are dropped and counted (reason "too_many_streams").
+const MaxStreams = 1 << 14
+
+// slotLocked returns the slot for src, creating it, or nil when MaxStreams
+// are taken. ix.mu must be held.
 func (ix *Index) slotLocked(src Source) *slot {
 	name := slotName{src.Worker, src.Rank}
 	if id, ok := ix.byName[name]; ok {
@@ -205,6 +210,9 @@ func (ix *Index) slotLocked(src Source) *slot {
 		}
 	}
 	if id < 0 {
+		if len(ix.slots) >= MaxStreams {
+			return nil
+		}
 		id = len(ix.slots)
 		ix.slots = append(ix.slots, nil)
 	}
@@ -233,6 +241,10 @@ func (ix *Index) Apply(src Source, b *Batch) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	s := ix.slotLocked(src)
+	if s == nil {
+		ix.m.skipped.WithLabelValues("too_many_streams").Add(float64(len(b.Events)))
+		return
+	}
 	now := ix.now()
 	s.lastAt = now
 	ix.drainTouchesLocked()

@@ -27,7 +27,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}, []string{"type"})
 	skipped := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "warmpath", Subsystem: "kvindex", Name: "skipped_total",
-		Help: "Events, blocks or fields not applied, by reason (unknown_event, unknown_field, other_group, invalid, unreachable_parent, unknown_hash).",
+		Help: "Events, blocks or fields not applied, by reason (unknown_event, unknown_field, other_group, invalid, unreachable_parent, unknown_hash, too_many_streams).",
 	}, []string{"reason"})
 	m := &metrics{
 		skipped:         skipped,

@@ -111,6 +111,9 @@ func (ix *Index) Reset(src Source, reason string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	s := ix.slotLocked(src)
+	if s == nil {
+		return
+	}
 	ix.clearSlotLocked(s)
 	s.status.Resets++
 	ix.m.resets.WithLabelValues(reason).Inc()
@@ -140,5 +143,7 @@ func (ix *Index) RemoveWorker(worker string) {
 func (ix *Index) update(src Source, fn func(st *SlotStatus)) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	fn(&ix.slotLocked(src).status)
+	if s := ix.slotLocked(src); s != nil {
+		fn(&s.status)
+	}
 }
