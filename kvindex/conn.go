@@ -120,11 +120,15 @@ type conn struct {
 
 func dial(endpoint, replay, topic string) (*conn, error) {
 	czmqInit()
-	sub, err := goczmq.NewSub(endpoint, topic)
-	if err != nil {
+	// Options first: the receive high-water mark applies to connections
+	// made after it is set.
+	sub := goczmq.NewSock(goczmq.Sub)
+	sub.SetRcvhwm(1 << 20)
+	sub.SetSubscribe(topic)
+	if err := sub.Connect(endpoint); err != nil {
+		sub.Destroy()
 		return nil, fmt.Errorf("subscribe %s: %w", endpoint, err)
 	}
-	sub.SetRcvhwm(1 << 20)
 	poller, err := goczmq.NewPoller(sub)
 	if err != nil {
 		sub.Destroy()

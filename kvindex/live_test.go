@@ -355,3 +355,64 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// bindPair binds two PUB sockets on consecutive ports, as the ranks of a
+// data-parallel engine publish.
+func bindPair(t *testing.T) (*goczmq.Sock, *goczmq.Sock, int) {
+	t.Helper()
+	czmqInit()
+	for range 50 {
+		p0 := goczmq.NewSock(goczmq.Pub)
+		port, err := p0.Bind("tcp://127.0.0.1:*")
+		if err != nil {
+			p0.Destroy()
+			continue
+		}
+		p1 := goczmq.NewSock(goczmq.Pub)
+		if _, err := p1.Bind(fmt.Sprintf("tcp://127.0.0.1:%d", port+1)); err != nil {
+			p0.Destroy()
+			p1.Destroy()
+			continue
+		}
+		t.Cleanup(func() { p0.Destroy(); p1.Destroy() })
+		return p0, p1, port
+	}
+	t.Skip("no two consecutive free ports")
+	return nil, nil, 0
+}
+
+func TestLiveDataParallelRanks(t *testing.T) {
+	t.Parallel()
+	p0, p1, port := bindPair(t)
+	ix := New()
+	subs := NewSubscribers(ix)
+	go func() { _ = subs.Run(t.Context()) }()
+	subs.Update([]discovery.Worker{{Name: "w", Models: []string{"m"}, KVEvents: fmt.Sprintf("tcp://127.0.0.1:%d", port), DataParallelSize: 2}})
+	prompt := seqTokens(1, 6*testBlock+1)
+	send := func(pub *goczmq.Sock, seq uint64, blocks int) {
+		payload := batch(1, func(e *enc) {
+			e.storedArray(stored{hashes: []uint64{11, 12, 13, 14, 15, 16}[:blocks], tokens: prompt[:blocks*testBlock], blockSize: testBlock, medium: "GPU"})
+		})
+		if err := pub.SendMessage([][]byte{nil, seq8(seq), payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Resend seq 0 on each rank until it has been seen (slow joiners).
+	for _, r := range []struct {
+		pub    *goczmq.Sock
+		rank   int
+		blocks int
+	}{{p0, 0, 2}, {p1, 1, 5}} {
+		waitFor(t, fmt.Sprintf("rank %d", r.rank), func() bool {
+			send(r.pub, 0, r.blocks)
+			return statusOf(ix, Source{Worker: "w", Rank: r.rank}).LastSeq == 0
+		})
+	}
+	ms := ix.Lookup(ChainKey{Model: "m"}, prompt, testBlock)
+	if len(ms) != 1 || ms[0].Rank != 1 || ms[0].GPUTokens != 5*testBlock {
+		t.Errorf("lookup = %+v, want rank 1 with 80 tokens", ms)
+	}
+	if n := len(ix.DebugWorkers()); n != 2 {
+		t.Errorf("%d streams, want 2", n)
+	}
+}
