@@ -61,8 +61,9 @@ type Subscribers struct {
 	trigger chan struct{} // one slot: coalesces bursts of updates
 }
 
-// NewSubscribers returns Subscribers feeding ix. Nothing is subscribed
-// until Update and Run are called.
+// NewSubscribers returns Subscribers feeding ix. They log through the
+// logger and count into the metrics ix was built with. Nothing is
+// subscribed until Update and Run are called.
 func NewSubscribers(ix *Index, opts ...SubscriberOption) *Subscribers {
 	s := &Subscribers{
 		ix:            ix,
