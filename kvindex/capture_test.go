@@ -192,6 +192,9 @@ func TestRealCaptureChains(t *testing.T) {
 			if tc.after != nil {
 				tc.after(ix)
 			}
+			if bs := ix.BlockSizeSeen("w0"); bs != 16 {
+				t.Errorf("block size seen %d, want 16", bs)
+			}
 			gpu, off := cachedOn(ix.Lookup(tc.key, tc.prompt, 16), "w0")
 			if gpu != tc.want || off != 0 {
 				t.Errorf("cached gpu=%d off=%d, want gpu=%d", gpu, off, tc.want)

@@ -147,3 +147,18 @@ func (ix *Index) update(src Source, fn func(st *SlotStatus)) {
 		fn(&s.status)
 	}
 }
+
+// BlockSizeSeen returns the block size worker's events carry (the largest
+// over its ranks), or 0 before any BlockStored. A value different from the
+// configured block size means lookups for that worker cannot match.
+func (ix *Index) BlockSizeSeen(worker string) int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	bs := 0
+	for _, s := range ix.slots {
+		if s != nil && s.name.worker == worker {
+			bs = max(bs, s.status.BlockSize)
+		}
+	}
+	return bs
+}
