@@ -561,13 +561,23 @@ func (ix *Index) evictLocked() {
 		ix.m.evictions.Inc()
 		for len(n.entries) > 0 {
 			e := n.entries[len(n.entries)-1]
-			ix.dropEntryLocked(ix.slots[e.slot], ni, e.hash)
+			if s := ix.slots[e.slot]; s != nil {
+				ix.dropEntryLocked(s, ni, e.hash)
+			} else {
+				n.entries = n.entries[:len(n.entries)-1] // cannot happen; keeps the loop finite
+				ix.entries--
+			}
 			n = &ix.nodes[ni]
 		}
 		for _, s := range ix.slots {
 			if s != nil && n.has(bSpec, s.id) {
 				ix.dropSpecLocked(s, ni)
 			}
+		}
+		if ix.tail == ni {
+			// Whatever state is left, the node must leave the list.
+			ix.nodes[ni].ext = nil
+			ix.maybeFree(ni)
 		}
 	}
 }
