@@ -134,9 +134,9 @@ func (g *genRequest) maxTokens(def int) int {
 	return def
 }
 
-// ErrNoTokenizer is the error for text prompts when no tokenizer is
-// configured, as vLLM gives with --skip-tokenizer-init.
-var ErrNoTokenizer = errors.New("You cannot pass text prompts when `skip_tokenizer_init` is True (vllm-sim runs without --tokenizer: send token ids)")
+// noTokenizerMsg answers text prompts when no tokenizer is configured,
+// with the message vLLM gives under --skip-tokenizer-init.
+const noTokenizerMsg = "You cannot pass text prompts when `skip_tokenizer_init` is True (vllm-sim runs without --tokenizer: send token ids)"
 
 // parsePrompt decodes a completions prompt: a string, a list of strings, a
 // list of token ids or a list of token-id lists. Exactly one of texts and
@@ -229,7 +229,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	}
 	if texts != nil {
 		if s.tok == nil {
-			s.writeError(w, badRequest("tokenizer", "%s", ErrNoTokenizer.Error()))
+			s.writeError(w, badRequest("tokenizer", "%s", noTokenizerMsg))
 			return
 		}
 		addSpecial := g.AddSpecialTokens == nil || *g.AddSpecialTokens
@@ -275,7 +275,7 @@ func (s *Server) templated(w http.ResponseWriter, r *http.Request, api string) {
 		return
 	}
 	if s.tok == nil {
-		s.writeError(w, badRequest("tokenizer", "%s", ErrNoTokenizer.Error()))
+		s.writeError(w, badRequest("tokenizer", "%s", noTokenizerMsg))
 		return
 	}
 	var p []uint32

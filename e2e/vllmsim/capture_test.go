@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -104,14 +105,12 @@ func captureEngineConfig() EngineConfig {
 	return cfg
 }
 
-// TestCaptureWorkload replays the workload that produced the real vLLM 0.31
-// capture (same phases, prompt lengths, concurrency, cache size) and checks
-// that the simulator reports the engine's own cached_tokens for every
-// request, that its KV-event payloads for the captured prompts are
-// byte-identical to the capture (timestamp aside), and that the stream has
-// the capture's totals (154 stores, 7392 removes, 1 clear, 57 batches).
-func TestCaptureWorkload(t *testing.T) {
-	t.Parallel()
+// captureWorkload loads the capture and returns its batches by seq, its
+// requests, and the prompt of each request: the captured token ids where
+// the capture has them (the shared prompts, whose stores appear at seq 0–2
+// and 48–54), deterministic synthetic ids of the same lengths otherwise.
+func captureWorkload(t *testing.T) (map[uint64][]byte, []captureRequest, func(captureRequest) []uint32) {
+	t.Helper()
 	capture := loadCapture(t)
 	want := readJSONLines[captureRequest](t, "testdata/vllm-0.31-capture/workload.jsonl")
 
@@ -141,6 +140,19 @@ func TestCaptureWorkload(t *testing.T) {
 		return shared[r.Idx]
 	}
 
+	return capture, want, prompt
+}
+
+// TestCaptureWorkload replays the workload that produced the real vLLM 0.31
+// capture (same phases, prompt lengths, concurrency, cache size) and checks
+// that the simulator reports the engine's own cached_tokens for every
+// request, that its KV-event payloads for the captured prompts are
+// byte-identical to the capture (timestamp aside), and that the stream has
+// the capture's totals (154 stores, 7392 removes, 1 clear, 57 batches).
+func TestCaptureWorkload(t *testing.T) {
+	t.Parallel()
+	capture, want, prompt := captureWorkload(t)
+
 	eng, err := NewEngine(captureEngineConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +172,7 @@ func TestCaptureWorkload(t *testing.T) {
 	concurrency := map[string]int{"shared": 1, "repeat": 1, "burst": 8, "evict": 4, "recheck": 1, "after_reset": 1}
 	next := 0
 	inflight := 0
-	var submit func()
+	submit := func() {}
 	submit = func() {
 		for next < len(want) && inflight < concurrency[want[next].Phase] {
 			if inflight > 0 && next > 0 && want[next].Phase != want[next-1].Phase {
@@ -273,6 +285,97 @@ func checkEvictionBatch(t *testing.T, seq uint64, real, ours []byte) {
 		}
 		if !reflect.DeepEqual(r, o) {
 			t.Errorf("seq %d BlockStored differs:\n got  %v\n want %v", seq, o, r)
+		}
+	}
+}
+
+// TestLiveCaptureWorkload runs the capture's workload through the live
+// server — HTTP token-id completions, the scaled-clock engine loop, the ZMQ
+// publisher and replay — and checks the engine's cached_tokens from the
+// HTTP usage, the captured payload bytes from the replayed stream, and the
+// stream totals that do not depend on how requests fall into steps.
+func TestLiveCaptureWorkload(t *testing.T) {
+	t.Parallel()
+	capture, want, prompt := captureWorkload(t)
+	cfg := testConfig(t)
+	cfg.Engine = captureEngineConfig()
+	cfg.TimeScale = 50
+	cfg.KVEvents.BufferSteps = 1000
+	srv := startServer(t, cfg)
+
+	got := make([]int, len(want))
+	run := func(i int) {
+		evs := streamCompletion(t, srv, prompt(want[i]), 1)
+		got[i] = checkCompletionStream(t, evs, 1).PromptTokensDetails.CachedTokens
+	}
+	concurrency := map[string]int{"burst": 8, "evict": 4}
+	for i := 0; i < len(want); {
+		phase := want[i].Phase
+		if phase == "after_reset" && want[i].Idx == 0 {
+			if resp := post(t, t.Context(), srv.HTTPAddr(), "/reset_prefix_cache", ""); resp.StatusCode != 200 {
+				t.Fatalf("reset: %d", resp.StatusCode)
+			}
+		}
+		n := max(1, concurrency[phase])
+		var wg sync.WaitGroup
+		for j := i; j < i+n && j < len(want) && want[j].Phase == phase; j++ {
+			wg.Go(func() { run(j) })
+		}
+		wg.Wait()
+		for i < len(want) && n > 0 && want[i].Phase == phase {
+			i++
+			n--
+		}
+	}
+	// Concurrent requests reach the engine in any order, so compare each
+	// phase's answers as a sorted list.
+	byPhase := func(vals func(i int) int) map[string][]int {
+		m := map[string][]int{}
+		for i, r := range want {
+			m[r.Phase] = append(m[r.Phase], vals(i))
+		}
+		for _, v := range m {
+			slices.Sort(v)
+		}
+		return m
+	}
+	gotPhases, wantPhases := byPhase(func(i int) int { return got[i] }), byPhase(func(i int) int { return want[i].CachedTokens })
+	for phase, w := range wantPhases {
+		if !slices.Equal(gotPhases[phase], w) {
+			t.Errorf("%s: cached_tokens %v, engine reported %v", phase, gotPhases[phase], w)
+		}
+	}
+
+	seqs, payloads := replayAll(t, srv.ReplayEndpoints()[0], 0)
+	if len(seqs) == 0 || seqs[0] != 0 {
+		t.Fatalf("replayed seqs start %v", seqs[:min(3, len(seqs))])
+	}
+	var stores, removes, clears int
+	for _, p := range payloads {
+		v, err := decodeMsgpack(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range v.([]any)[1].([]any) {
+			switch ev.(map[string]any)["type"] {
+			case "BlockStored":
+				stores++
+			case "BlockRemoved":
+				removes++
+			case "AllBlocksCleared":
+				clears++
+			}
+		}
+	}
+	if stores != 154 || removes != 7392 || clears != 1 {
+		t.Errorf("stream totals: %d stores, %d removes, %d clears; capture has 154, 7392, 1", stores, removes, clears)
+	}
+	// The shared phase is sequential, so its first three batches are the
+	// capture's seq 0–2, byte for byte after the timestamp.
+	for seq := range uint64(3) {
+		real, ours := capture[seq], payloads[seq]
+		if len(ours) != len(real) || ours[0] != real[0] || !bytes.Equal(ours[10:], real[10:]) {
+			t.Errorf("seq %d payload differs from the capture", seq)
 		}
 	}
 }

@@ -55,6 +55,10 @@ type Faults struct {
 	// SpikeFraction of requests wait Spike before reaching the engine.
 	SpikeFraction float64
 	Spike         time.Duration
+	// StallFraction of engine steps take Stall longer (simulated time), as
+	// a GPU hiccup delays every running request.
+	StallFraction float64
+	Stall         time.Duration
 	// HangFraction of requests are never answered (until the client leaves).
 	HangFraction float64
 	// DieFraction of streamed requests lose their connection after
@@ -99,12 +103,12 @@ func (c *Config) Validate() error {
 	}
 	for name, f := range map[string]float64{"kv events drop fraction": c.KVEventsDropFraction,
 		"error fraction": c.Faults.ErrorFraction, "spike fraction": c.Faults.SpikeFraction,
-		"hang fraction": c.Faults.HangFraction, "die fraction": c.Faults.DieFraction} {
+		"hang fraction": c.Faults.HangFraction, "stall fraction": c.Faults.StallFraction, "die fraction": c.Faults.DieFraction} {
 		if f < 0 || f > 1 {
 			errs = append(errs, fmt.Errorf("%s %v: must be within [0, 1]", name, f))
 		}
 	}
-	if c.Faults.Spike < 0 || c.Faults.DieAfterTokens < 0 || c.KVEventsRestartEvery < 0 || c.DefaultMaxTokens < 0 {
+	if c.Faults.Spike < 0 || c.Faults.Stall < 0 || c.Faults.DieAfterTokens < 0 || c.KVEventsRestartEvery < 0 || c.DefaultMaxTokens < 0 {
 		errs = append(errs, errors.New("fault durations, token counts and restart period must not be negative"))
 	}
 	return errors.Join(errs...)

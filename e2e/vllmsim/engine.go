@@ -143,12 +143,11 @@ type StepResult struct {
 // same sequence of Add, Abort and Step calls gives the same results. An
 // Engine is not safe for concurrent use; one goroutine owns it.
 type Engine struct {
-	cfg     EngineConfig
-	pool    *blockPool
-	hasher  *hasher
-	running []*Request
-	waiting []*Request // FCFS; preempted requests go to the front
-	// resetPending asks for a prefix-cache reset at the next step boundary.
+	cfg         EngineConfig
+	pool        *blockPool
+	hasher      *hasher
+	running     []*Request
+	waiting     []*Request // FCFS; preempted requests go to the front
 	preemptions int
 }
 

@@ -242,3 +242,54 @@ func TestScaledClock(t *testing.T) {
 		t.Errorf("wall = %v", got)
 	}
 }
+
+// TestEngineCacheSaltOnTheWire checks that a salted request's BlockStored
+// carries the salt as block 0's extra key (and none on later blocks), and
+// that only an identically salted request hits its blocks.
+func TestEngineCacheSaltOnTheWire(t *testing.T) {
+	t.Parallel()
+	e := smallEngine(t, 100, 2048, 256)
+	p := synthTokens(10, 40)
+	e.Add(&Request{Prompt: p, MaxTokens: 1, CacheSalt: "tenant-a"})
+	s := e.Step(0)
+	if len(s.Events) != 1 || len(s.Events[0].Extra) != 2 {
+		t.Fatalf("events %+v", s.Events)
+	}
+	b := eventEncoder{wire: WireMap}.appendBatch(nil, &Batch{Events: s.Events})
+	v, err := decodeMsgpack(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := v.([]any)[1].([]any)[0].(map[string]any)["extra_keys"].([]any)
+	if len(extra) != 2 || len(extra[0].([]any)) != 1 || extra[0].([]any)[0] != "tenant-a" || extra[1] != nil {
+		t.Errorf("extra_keys %v, want [[tenant-a] nil]", extra)
+	}
+	if got := e.CachedPrefix(p, "tenant-a"); got != 32 {
+		t.Errorf("same salt: cached %d, want 32", got)
+	}
+	if got := e.CachedPrefix(p, "tenant-b"); got != 0 {
+		t.Errorf("other salt: cached %d, want 0", got)
+	}
+}
+
+// TestProfilesValid checks every built-in profile builds an engine and
+// that a full-budget prefill step costs what its comments derive.
+func TestProfilesValid(t *testing.T) {
+	t.Parallel()
+	for _, p := range Profiles() {
+		t.Run(p.Name, func(t *testing.T) {
+			t.Parallel()
+			if _, err := NewEngine(p.Engine); err != nil {
+				t.Fatal(err)
+			}
+			c := p.Engine.Step
+			full := c.Duration(p.Engine.MaxNumBatchedTokens, 0, p.Engine.MaxNumBatchedTokens)
+			if full <= c.Overhead || full > 2*time.Second {
+				t.Errorf("a full-budget prefill step takes %v", full)
+			}
+		})
+	}
+	if _, err := ProfileByName("nope"); err == nil {
+		t.Error("unknown profile accepted")
+	}
+}

@@ -76,6 +76,14 @@ type Batch struct {
 	Rank int
 }
 
+// AppendBatch appends the msgpack payload (ZMQ frame 2) of batch to b as a
+// vLLM engine with the given wire layout would publish it; bytesHashes
+// sends 32-byte digests instead of uint64 hashes. Tests of KV-event
+// decoders can use it to produce engine-identical payloads.
+func AppendBatch(b []byte, batch *Batch, wire Wire, bytesHashes bool) []byte {
+	return eventEncoder{wire: wire, bytesHashes: bytesHashes}.appendBatch(b, batch)
+}
+
 // eventEncoder writes batches as vLLM's msgspec encoder does.
 type eventEncoder struct {
 	wire Wire

@@ -56,11 +56,11 @@ func TestBlockHashWorkedExample(t *testing.T) {
 	}
 	t.Run("map", func(t *testing.T) {
 		t.Parallel()
-		b := eventEncoder{wire: WireMap}.appendBatch(nil, batch)
+		b := AppendBatch(nil, batch, WireMap, false)
 		if len(b) != 228 {
 			t.Errorf("map payload is %d bytes, spec example is 228", len(b))
 		}
-		b = eventEncoder{wire: WireMap, bytesHashes: true}.appendBatch(nil, batch)
+		b = AppendBatch(nil, batch, WireMap, true)
 		if len(b) != 278 {
 			t.Errorf("bytes-hash payload is %d bytes, spec example is 278", len(b))
 		}

@@ -56,6 +56,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		spikeFrac   = fs.Float64("fault-latency-spike-fraction", 0, "fraction of requests delayed before reaching the engine")
 		spike       = fs.Duration("fault-latency-spike", time.Second, "delay of a latency spike (wall time)")
 		hangFrac    = fs.Float64("fault-hang-fraction", 0, "fraction of requests never answered")
+		stallFrac   = fs.Float64("fault-stall-fraction", 0, "fraction of engine steps lengthened by --fault-stall")
+		stall       = fs.Duration("fault-stall", 500*time.Millisecond, "extra simulated time of a stalled engine step")
 		dieFrac     = fs.Float64("fault-die-fraction", 0, "fraction of streamed requests whose connection is cut mid-stream")
 		dieAfter    = fs.Int("fault-die-after-tokens", 1, "tokens sent before a dying stream is cut")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
@@ -121,7 +123,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cfg.BytesHashes, cfg.KVEventsDropFraction, cfg.KVEventsRestartEvery = *bytesHashes, *dropFrac, *restartN
 	cfg.TimeScale, cfg.EnablePromptTokensDetails, cfg.DefaultMaxTokens = *timeScale, *details, *defMax
-	cfg.Faults = Faults{ErrorFraction: *errFrac, SpikeFraction: *spikeFrac, Spike: *spike, HangFraction: *hangFrac,
+	cfg.Faults = Faults{ErrorFraction: *errFrac, SpikeFraction: *spikeFrac, Spike: *spike, HangFraction: *hangFrac, StallFraction: *stallFrac, Stall: *stall,
 		DieFraction: *dieFrac, DieAfterTokens: *dieAfter}
 	opts := []Option{WithLogger(log)}
 	if *tokenizer != "" {

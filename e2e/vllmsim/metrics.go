@@ -20,6 +20,7 @@ type metrics struct {
 	stepLag                                    *prometheus.HistogramVec
 	batchesPublished, eventsDropped            *prometheus.CounterVec
 	replays, replayErrors, faults, badRequests *prometheus.CounterVec
+	stalls                                     *prometheus.CounterVec
 }
 
 // vLLM's TTFT buckets.
@@ -72,6 +73,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		eventsDropped:    counter("vllmsim_kv_event_batches_dropped", "KV-event batches not sent (fault injection or send error)."),
 		replays:          counter("vllmsim_kv_event_replays", "Replay requests served."),
 		replayErrors:     counter("vllmsim_kv_event_replay_errors", "Malformed replay requests ignored."),
+		stalls:           counter("vllmsim_step_stalls", "Engine steps lengthened by an injected stall."),
 		faults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllmsim_faults_injected_total",
 			Help: "Faults injected into requests."}, []string{"model_name", "fault"}),
 		badRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllmsim_bad_requests_total",
@@ -80,7 +82,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{m.running, m.waiting, m.kvUsage, m.queries, m.hits, m.preemptions,
 		m.promptTokens, m.generationTokens, m.success, m.ttft, m.itl, m.e2e, m.queueTime, m.prefillTime,
 		m.iterationTokens, m.cacheConfig, m.stepLag, m.batchesPublished, m.eventsDropped, m.replays,
-		m.replayErrors, m.faults, m.badRequests} {
+		m.replayErrors, m.faults, m.badRequests, m.stalls} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -97,7 +99,7 @@ type rankMetrics struct {
 	ttft, itl, e2e, queueTime, prefillTime   prometheus.Observer
 	iterationTokens, stepLag                 prometheus.Observer
 	batchesPublished, eventsDropped, replays prometheus.Counter
-	replayErrors                             prometheus.Counter
+	replayErrors, stalls                     prometheus.Counter
 }
 
 func (m *metrics) rank(model string, rank int, cfg EngineConfig) *rankMetrics {
@@ -115,6 +117,6 @@ func (m *metrics) rank(model string, rank int, cfg EngineConfig) *rankMetrics {
 		ttft:    m.ttft.With(l), itl: m.itl.With(l), e2e: m.e2e.With(l), queueTime: m.queueTime.With(l),
 		prefillTime: m.prefillTime.With(l), iterationTokens: m.iterationTokens.With(l), stepLag: m.stepLag.With(l),
 		batchesPublished: m.batchesPublished.With(l), eventsDropped: m.eventsDropped.With(l),
-		replays: m.replays.With(l), replayErrors: m.replayErrors.With(l),
+		replays: m.replays.With(l), replayErrors: m.replayErrors.With(l), stalls: m.stalls.With(l),
 	}
 }

@@ -79,6 +79,26 @@ func Profiles() []Profile {
 			},
 		},
 		{
+			// One H100 SXM (80 GB, 3.35 TB/s, 989 dense BF16 TFLOPS) serving an
+			// 8B model in BF16 (Llama-3.1-8B shape: 32 layers, 8 KV heads of
+			// 128), budget 8192 and 1024 seqs: the small, fast member of a
+			// heterogeneous pool.
+			//   a: 16 GB weights / 3.35 TB/s = 4.8 ms, + ~2 ms overhead → 7 ms.
+			//   b: 2·8e9 = 16 GFLOP/token at ~500 TFLOPS effective → 32 µs.
+			//   c: 0.05 ms per decoding sequence.
+			//   d: 32 × 8 × 128 × 2 × 2 bytes = 128 KB per token / 3.35 TB/s
+			//      → 38 ns per context token.
+			//   KV blocks: 80 GB × 0.9 − 16 GB − ~4 GB ≈ 52 GB / 128 KB ≈ 400K
+			//      tokens ≈ 25000 blocks of 16.
+			Name:        "h100-8b",
+			Description: "1×H100 80GB, 8B model in BF16, budget 8192",
+			Engine: EngineConfig{
+				BlockSize: 16, NumGPUBlocks: 25000, MaxNumBatchedTokens: 8192, MaxNumSeqs: 1024, MaxModelLen: 32768,
+				Step: StepCost{Overhead: 7 * time.Millisecond, PrefillPerToken: 32 * time.Microsecond,
+					DecodePerSeq: 50 * time.Microsecond, ContextPicosPerToken: 38_000},
+			},
+		},
+		{
 			// A small, fast engine for tests: steps of a few milliseconds, a
 			// cache as small as the vLLM 0.31 capture's (585 blocks of 16,
 			// Qwen3-0.6B), so eviction happens within a short test.

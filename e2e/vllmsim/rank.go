@@ -2,6 +2,7 @@ package vllmsim
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -79,10 +80,12 @@ type RankState struct {
 // rank runs one engine on the scaled clock. The engine is touched only
 // under mu: by the loop around each step, and by State and CachedPrefix.
 type rank struct {
-	id    int
-	clock scaledClock
-	pub   *publisher // nil when events are off
-	met   *rankMetrics
+	id     int
+	clock  scaledClock
+	pub    *publisher // nil when events are off
+	met    *rankMetrics
+	faults func() *Faults
+	rng    *rand.Rand // owned by run
 
 	mu      sync.Mutex
 	eng     *Engine
@@ -93,11 +96,11 @@ type rank struct {
 	pending int // submitted and not finished, for load balancing
 	reset   []chan bool
 	wake    chan struct{}
-	restart bool
 }
 
-func newRank(id int, eng *Engine, clock scaledClock, pub *publisher, met *rankMetrics) *rank {
-	return &rank{id: id, eng: eng, clock: clock, pub: pub, met: met,
+func newRank(id int, eng *Engine, clock scaledClock, pub *publisher, met *rankMetrics, faults func() *Faults) *rank {
+	return &rank{id: id, eng: eng, clock: clock, pub: pub, met: met, faults: faults,
+		rng:  rand.New(rand.NewPCG(eng.Config().Seed, 0x57a11)),
 		live: make(map[*Request]*liveRequest), wake: make(chan struct{}, 1)}
 }
 
@@ -229,6 +232,15 @@ func (r *rank) run(ctx context.Context) error {
 		res := r.eng.Step(t)
 		r.observeQueues()
 		r.mu.Unlock()
+		if f := r.faults(); f.StallFraction > 0 && r.rng.Float64() < f.StallFraction {
+			res.Duration += f.Stall
+			for i := range res.Outputs {
+				if res.Outputs[i].Index == 0 {
+					res.Outputs[i].FirstToken += f.Stall
+				}
+			}
+			r.met.stalls.Inc()
+		}
 
 		r.met.stepLag.Observe(max(0, time.Since(r.clock.wall(t)).Seconds()))
 		end := t + res.Duration
@@ -285,20 +297,20 @@ func (r *rank) account(res StepResult) {
 	m.hits.Add(float64(res.Hits))
 	m.preemptions.Add(float64(res.Preempted))
 	m.generationTokens.Add(float64(len(res.Outputs)))
-	end := (res.Start + res.Duration).Seconds()
+	end := res.Start + res.Duration
 	for _, o := range res.Outputs {
 		if o.Index == 0 {
 			// As vLLM, prompt tokens count the whole prompt, cached or not,
 			// when its prefill completes.
 			m.promptTokens.Add(float64(o.PromptTokens))
-			m.ttft.Observe(o.FirstToken.Seconds() - o.Arrival.Seconds())
-			m.queueTime.Observe(o.Scheduled.Seconds() - o.Arrival.Seconds())
-			m.prefillTime.Observe(o.FirstToken.Seconds() - o.Scheduled.Seconds())
+			m.ttft.Observe((o.FirstToken - o.Arrival).Seconds())
+			m.queueTime.Observe((o.Scheduled - o.Arrival).Seconds())
+			m.prefillTime.Observe((o.FirstToken - o.Scheduled).Seconds())
 		} else {
 			m.itl.Observe(res.Duration.Seconds())
 		}
 		if o.Finished {
-			m.e2e.Observe(end - o.Arrival.Seconds())
+			m.e2e.Observe((end - o.Arrival).Seconds())
 			m.success.WithLabelValues("length").Inc()
 		}
 	}

@@ -123,7 +123,7 @@ func NewServer(cfg Config, opts ...Option) (*Server, error) {
 			}
 			s.pubs = append(s.pubs, pub)
 		}
-		s.ranks = append(s.ranks, newRank(i, eng, clock, pub, met))
+		s.ranks = append(s.ranks, newRank(i, eng, clock, pub, met, s.faults.Load))
 	}
 	if s.ln == nil {
 		s.ln, err = net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
@@ -147,6 +147,10 @@ func (s *Server) Close() {
 		s.ln.Close()
 	}
 }
+
+// Config returns the server's configuration (engine parameters included),
+// for harnesses that model the workers they drive.
+func (s *Server) Config() Config { return s.cfg }
 
 // HTTPAddr returns the host:port the HTTP API listens on.
 func (s *Server) HTTPAddr() string { return s.ln.Addr().String() }

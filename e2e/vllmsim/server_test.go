@@ -10,11 +10,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/zeromq/goczmq"
 )
 
@@ -420,6 +423,21 @@ func TestServerChatAndMessagesStreams(t *testing.T) {
 		t.Errorf("messages response %+v", msg)
 	}
 
+	// Text completions use the tokenizer; a list of strings is one choice each.
+	resp = post(t, t.Context(), srv.HTTPAddr(), "/v1/completions", `{"prompt":["abcd","ef"],"max_tokens":2}`)
+	var cmpl struct {
+		Choices []struct {
+			Index int    `json:"index"`
+			Text  string `json:"text"`
+		} `json:"choices"`
+		Usage usageMsg `json:"usage"`
+	}
+	json.NewDecoder(resp.Body).Decode(&cmpl)
+	resp.Body.Close()
+	if len(cmpl.Choices) != 2 || cmpl.Choices[1].Index != 1 || cmpl.Usage.PromptTokens != 6 || cmpl.Usage.CompletionTokens != 4 {
+		t.Errorf("text completions %+v", cmpl)
+	}
+
 	resp = post(t, t.Context(), srv.HTTPAddr(), "/tokenize", `{"prompt":"abc"}`)
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -633,4 +651,60 @@ func TestServerConnectModePublisher(t *testing.T) {
 		return
 	}
 	t.Fatal("no KV-event batch reached the bound SUB")
+}
+
+// TestServerStallFault checks that an engine stall lengthens the step in
+// simulated time, which the engine's own TTFT reports.
+func TestServerStallFault(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.KVEvents.EnableKVCacheEvents = false
+	cfg.TimeScale = 1000
+	cfg.Faults = Faults{StallFraction: 1, Stall: 10 * time.Second}
+	srv := startServer(t, cfg)
+	checkCompletionStream(t, streamCompletion(t, srv, synthTokens(3, 40), 2), 2)
+	m := srv.ranks[0].met
+	if n := testutil.ToFloat64(m.stalls); n != 2 {
+		t.Errorf("%v stalled steps, want 2 (one per step)", n)
+	}
+	h := &dto.Metric{}
+	if err := srv.met.ttft.WithLabelValues("sim-model", "0").(prometheus.Histogram).Write(h); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.GetHistogram().GetSampleSum(); got < 10 || got > 10.1 {
+		t.Errorf("engine TTFT %vs, want 10s of stall plus one short step", got)
+	}
+}
+
+// TestServerSameDecisionsAtAnyTimeScale runs one sequential workload on
+// live servers at time scales 5 and 200: the engine's decisions (hits)
+// and its simulated latencies must be identical.
+func TestServerSameDecisionsAtAnyTimeScale(t *testing.T) {
+	t.Parallel()
+	type result struct{ ttftSum, e2eSum, hits, queries float64 }
+	run := func(scale float64) result {
+		cfg := testConfig(t)
+		cfg.KVEvents.EnableKVCacheEvents = false
+		cfg.TimeScale = scale
+		srv := startServer(t, cfg)
+		prefix := synthTokens(90, 300)
+		for i := range 8 {
+			p := append(slices.Clip(prefix), synthTokens(uint64(91+i), 40+i)...)
+			checkCompletionStream(t, streamCompletion(t, srv, p, 3), 3)
+		}
+		sum := func(o prometheus.Observer) float64 {
+			m := &dto.Metric{}
+			o.(prometheus.Histogram).Write(m)
+			return m.GetHistogram().GetSampleSum()
+		}
+		rm := srv.ranks[0].met
+		return result{sum(rm.ttft), sum(rm.e2e), testutil.ToFloat64(rm.hits), testutil.ToFloat64(rm.queries)}
+	}
+	slow, fast := run(5), run(200)
+	if slow != fast {
+		t.Errorf("time scale 5: %+v; time scale 200: %+v", slow, fast)
+	}
+	if slow.hits != 7*288 {
+		t.Errorf("hits %v, want 7 × 288", slow.hits)
+	}
 }

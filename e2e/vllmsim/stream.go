@@ -365,7 +365,7 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.tok == nil {
-		s.writeError(w, badRequest("tokenizer", "%s", ErrNoTokenizer.Error()))
+		s.writeError(w, badRequest("tokenizer", "%s", noTokenizerMsg))
 		return
 	}
 	var ids []uint32
@@ -407,7 +407,7 @@ func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.tok == nil {
-		s.writeError(w, badRequest("tokenizer", "%s", ErrNoTokenizer.Error()))
+		s.writeError(w, badRequest("tokenizer", "%s", noTokenizerMsg))
 		return
 	}
 	text, err := s.tok.Decode(req.Tokens)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/warmpath/warmpath/discovery"
 	"github.com/warmpath/warmpath/extproc"
+	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/scoring"
 )
 
@@ -33,7 +34,7 @@ func TestDebugLookup(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	proc := extproc.New(extprocConfig(DefaultConfig()), pool, &scoring.RoundRobin{}, reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	pred := &recordingPredictor{}
-	srv := httptest.NewServer(newAdminHandler(reg, func() bool { return true }, pool, proc, pred))
+	srv := httptest.NewServer(newAdminHandler(reg, func() bool { return true }, pool, proc, pred, kvindex.New()))
 	defer srv.Close()
 	tests := []struct {
 		name, body string

@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/warmpath/warmpath/discovery"
+	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/scoring"
 )
 
@@ -33,6 +34,8 @@ type Config struct {
 	Workers []WorkerConfig `yaml:"workers"`
 	// ExtProc tunes the Envoy-facing protocol handling.
 	ExtProc ExtProcConfig `yaml:"extproc"`
+	// KVIndex tunes the KV-cache index and its event subscribers.
+	KVIndex KVIndexConfig `yaml:"kvindex"`
 	// Scoring tunes the TTFT model, calibration and baselines (see
 	// scoring.Config for every key and its default). Block sizes come from
 	// models[].block_size.
@@ -106,6 +109,23 @@ type ExtProcConfig struct {
 	RetryAfter int `yaml:"retry_after"`
 }
 
+// KVIndexConfig tunes package kvindex.
+type KVIndexConfig struct {
+	// EntryBudget bounds (block, worker) entries; the least recently touched
+	// chains are dropped past it. Default 4194304 (about 0.5 GiB at most).
+	EntryBudget int `yaml:"entry_budget"`
+	// StaleAfter marks a worker whose events stopped as stale. An idle
+	// engine publishes nothing, so keep it above normal lulls. Default 5m.
+	StaleAfter Duration `yaml:"stale_after"`
+	// SpeculativeTTL is how long the blocks of a just-routed request count
+	// as cached on the chosen worker before its real events arrive. Default 5s.
+	SpeculativeTTL Duration `yaml:"speculative_ttl"`
+	// Topic is the ZMQ topic prefix subscribed to ("" = all). Default "".
+	Topic string `yaml:"topic"`
+	// ReplayTimeout abandons a replay silent this long. Default 10s.
+	ReplayTimeout Duration `yaml:"replay_timeout"`
+}
+
 // LogConfig selects the log level ("debug", "info", "warn", "error"; default
 // "info") and format ("text" default, or "json").
 type LogConfig struct {
@@ -149,6 +169,12 @@ func DefaultConfig() Config {
 			AssignmentTTL:     Duration(30 * time.Minute),
 			DrainTimeout:      Duration(30 * time.Second),
 			RetryAfter:        1,
+		},
+		KVIndex: KVIndexConfig{
+			EntryBudget:    kvindex.DefaultEntryBudget,
+			StaleAfter:     Duration(kvindex.DefaultStaleAfter),
+			SpeculativeTTL: Duration(kvindex.DefaultSpeculativeTTL),
+			ReplayTimeout:  Duration(kvindex.DefaultReplayTimeout),
 		},
 		Scoring: scoring.DefaultConfig(),
 		Log:     LogConfig{Level: "info", Format: "text"},
@@ -278,6 +304,12 @@ func (c *Config) Validate() error {
 	}
 	if e.RetryAfter < 0 {
 		bad("extproc.retry_after: must not be negative")
+	}
+	if c.KVIndex.EntryBudget < 1 {
+		bad("kvindex.entry_budget: must be positive")
+	}
+	if c.KVIndex.SpeculativeTTL <= 0 || c.KVIndex.ReplayTimeout <= 0 {
+		bad("kvindex: speculative_ttl and replay_timeout must be positive")
 	}
 	if !contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
 		bad("log.level: want debug, info, warn or error, got %q", c.Log.Level)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/warmpath/warmpath/discovery"
 	"github.com/warmpath/warmpath/extproc"
+	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/scoring"
 )
 
@@ -39,7 +40,22 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	pool := newStaticPool(cfg.DiscoveryWorkers())
-	router, err := scoring.New(cfg.Policy, cfg.scoringConfig(), scoring.Deps{Registerer: reg, Logger: log})
+	index := kvindex.New(
+		kvindex.WithEntryBudget(cfg.KVIndex.EntryBudget),
+		kvindex.WithStaleAfter(time.Duration(cfg.KVIndex.StaleAfter)),
+		kvindex.WithSpeculativeTTL(time.Duration(cfg.KVIndex.SpeculativeTTL)),
+		kvindex.WithRegisterer(reg),
+		kvindex.WithLogger(log.With("component", "kvindex")),
+	)
+	subs := kvindex.NewSubscribers(index,
+		kvindex.WithTopic(cfg.KVIndex.Topic),
+		kvindex.WithReplayTimeout(time.Duration(cfg.KVIndex.ReplayTimeout)))
+	subs.Update(pool.workers)
+	router, err := scoring.New(cfg.Policy, cfg.scoringConfig(), scoring.Deps{
+		Index:      prefixIndex{index},
+		Registerer: reg,
+		Logger:     log.With("component", "scoring"),
+	})
 	if err != nil {
 		return fmt.Errorf("scoring: %w", err)
 	}
@@ -71,9 +87,9 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	}
 
 	var stopping atomic.Bool
-	ready := func() bool { return !stopping.Load() && pool.anyWorker() }
+	ready := func() bool { return !stopping.Load() && anyUsable(pool.workers, index) }
 	admin := &http.Server{
-		Handler:           newAdminHandler(reg, ready, pool, proc, router),
+		Handler:           newAdminHandler(reg, ready, pool, proc, router, index),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 
@@ -91,6 +107,7 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		return nil
 	})
 	g.Go(func() error { return proc.Run(gctx) })
+	g.Go(func() error { return subs.Run(gctx) })
 	g.Go(func() error { return followReadiness(gctx, hs, ready) })
 	g.Go(func() error {
 		<-gctx.Done()
@@ -227,4 +244,14 @@ func (p *staticPool) Candidates(model string) ([]discovery.Worker, bool) {
 
 func (p *staticPool) Models() []string { return p.models }
 
-func (p *staticPool) anyWorker() bool { return len(p.workers) > 0 }
+// anyUsable reports whether some worker can be routed to with a current
+// view: it publishes no KV events, or the index has caught up with them
+// (its first replay is done), so a restarted warmpath does not route blind.
+func anyUsable(ws []discovery.Worker, ix *kvindex.Index) bool {
+	for _, w := range ws {
+		if w.KVEvents == "" || ix.CaughtUp(w.Name) {
+			return true
+		}
+	}
+	return false
+}

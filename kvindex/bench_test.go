@@ -1,0 +1,241 @@
+package kvindex
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+)
+
+// mapStored writes a map-era BlockStored shaped like the vLLM 0.31 capture.
+func (e *enc) mapStored(s stored) *enc {
+	e.mp(11).str("type").str("BlockStored").str("block_hashes").arr(len(s.hashes))
+	for _, h := range s.hashes {
+		e.uint(h)
+	}
+	e.str("parent_block_hash")
+	if s.parent == nil {
+		e.nil()
+	} else {
+		e.uint(*s.parent)
+	}
+	e.str("token_ids").arr(len(s.tokens))
+	for _, t := range s.tokens {
+		e.uint(uint64(t))
+	}
+	e.str("block_size").uint(uint64(s.blockSize)).str("lora_id").nil().str("medium").str("GPU").
+		str("lora_name").nil().str("extra_keys").arr(len(s.hashes))
+	for range s.hashes {
+		e.nil()
+	}
+	return e.str("group_idx").uint(0).str("kv_cache_spec_kind").str("full_attention")
+}
+
+func (e *enc) mapRemoved(h uint64) *enc {
+	return e.mp(4).str("type").str("BlockRemoved").str("block_hashes").arr(1).uint(h).
+		str("medium").str("GPU").str("group_idx").uint(0)
+}
+
+// ingestStream builds a cyclic stream of n payloads like the capture's
+// eviction phase: each batch evicts the 8 blocks stored window batches
+// earlier, one event per block, then stores 8 new blocks under a shared
+// 32-block prefix. It returns the payloads and the block events they carry.
+func ingestStream(n, window int) ([][]byte, int) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const per = 8
+	prefix := make([]uint32, 32*testBlock)
+	for i := range prefix {
+		prefix[i] = uint32(rng.IntN(150000))
+	}
+	prefixHashes := make([]uint64, 32)
+	for i := range prefixHashes {
+		prefixHashes[i] = rng.Uint64()
+	}
+	hashes := func(b int) []uint64 {
+		out := make([]uint64, per)
+		for i := range out {
+			out[i] = uint64(b)<<8 | uint64(i) | 1<<62
+		}
+		return out
+	}
+	var payloads [][]byte
+	events := 0
+	first := batch(1, func(e *enc) {
+		e.mapStored(stored{hashes: prefixHashes, tokens: prefix, blockSize: testBlock})
+	})
+	payloads = append(payloads, first)
+	events += 32
+	for b := range n {
+		toks := make([]uint32, per*testBlock)
+		for i := range toks {
+			toks[i] = uint32(rng.IntN(150000))
+		}
+		parent := prefixHashes[31]
+		evs := 1
+		if b >= window {
+			evs += per
+		}
+		payloads = append(payloads, batch(evs, func(e *enc) {
+			if b >= window {
+				for _, h := range hashes(b - window) {
+					e.mapRemoved(h)
+				}
+			}
+			e.mapStored(stored{hashes: hashes(b), parent: &parent, tokens: toks, blockSize: testBlock})
+		}))
+		events += evs - 1 + per
+	}
+	return payloads, events
+}
+
+// BenchmarkIngest measures decoding and applying KV-event payloads, one
+// stream on one goroutine; blocks/s counts stored plus removed blocks.
+func BenchmarkIngest(b *testing.B) {
+	payloads, events := ingestStream(2000, 64)
+	var bytes int
+	for _, p := range payloads {
+		bytes += len(p)
+	}
+	b.SetBytes(int64(bytes))
+	b.ReportAllocs()
+	var d Decoder
+	var bt Batch
+	src := Source{Worker: "w0", Model: "m"}
+	b.ResetTimer()
+	start, cpu0 := time.Now(), processCPU()
+	for b.Loop() {
+		ix := New()
+		for _, p := range payloads {
+			if err := d.Decode(p, &bt); err != nil {
+				b.Fatal(err)
+			}
+			ix.Apply(src, &bt)
+		}
+	}
+	b.ReportMetric(float64(events*b.N)/time.Since(start).Seconds(), "blocks/s")
+	b.ReportMetric(float64(events*b.N)/(processCPU()-cpu0).Seconds(), "blocks/cpu-s")
+}
+
+// BenchmarkDecode measures decoding alone on the same stream.
+func BenchmarkDecode(b *testing.B) {
+	payloads, events := ingestStream(2000, 64)
+	var d Decoder
+	var bt Batch
+	b.ReportAllocs()
+	start, cpu0 := time.Now(), processCPU()
+	for b.Loop() {
+		for _, p := range payloads {
+			if err := d.Decode(p, &bt); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(events*b.N)/time.Since(start).Seconds(), "blocks/s")
+	b.ReportMetric(float64(events*b.N)/(processCPU()-cpu0).Seconds(), "blocks/cpu-s")
+}
+
+// lookupIndex builds a realistic 64-worker index: a 512-block prompt whose
+// prefix every worker holds to a different depth (8 to 512 blocks), and
+// 4096 unrelated blocks per worker in 16-block chains, sharing first
+// blocks across workers as system prompts do.
+func lookupIndex(workers int) (*Index, []uint32) {
+	ix := New(WithEntryBudget(1 << 24))
+	rng := rand.New(rand.NewPCG(5, 6))
+	prompt := make([]uint32, 512*testBlock+1)
+	for i := range prompt {
+		prompt[i] = uint32(rng.IntN(150000))
+	}
+	for w := range workers {
+		name := fmt.Sprintf("worker-%02d", w)
+		depth := 8 + (w*504)/max(workers-1, 1)
+		base := uint64(w) << 40
+		ix.Apply(Source{Worker: name, Model: "m"}, &Batch{Events: []Event{storeEv(prompt, 0, depth, base, "")}})
+		for c := range 256 {
+			toks := make([]uint32, 16*testBlock)
+			for i := range toks {
+				toks[i] = uint32(rng.IntN(150000))
+			}
+			// Chains 0–31 start with one of 32 shared system prompts.
+			if c < 32 {
+				for i := range testBlock {
+					toks[i] = uint32(c*testBlock + i)
+				}
+			}
+			ev := storeEv(toks, 0, 16, base|uint64(c+1)<<20, "")
+			ix.Apply(Source{Worker: name, Model: "m"}, &Batch{Events: []Event{ev}})
+		}
+	}
+	return ix, prompt
+}
+
+// BenchmarkLookup512x64 looks up a 512-block prompt over 64 workers and
+// reports per-operation latency percentiles.
+func BenchmarkLookup512x64(b *testing.B) {
+	ix, prompt := lookupIndex(64)
+	if got := len(ix.Lookup(mkey, prompt, testBlock)); got != 64 {
+		b.Fatalf("%d workers matched, want 64", got)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	// The cost of reading the thread clock, subtracted from CPU samples.
+	var probe []time.Duration
+	for range 1000 {
+		c0 := threadCPU()
+		probe = append(probe, threadCPU()-c0)
+	}
+	slices.Sort(probe)
+	overhead := probe[len(probe)/2]
+	wall := make([]time.Duration, 0, 1<<16)
+	cpu := make([]time.Duration, 0, 1<<16)
+	b.ReportAllocs()
+	for b.Loop() {
+		t0, c0 := time.Now(), threadCPU()
+		ix.Lookup(mkey, prompt, testBlock)
+		c1, t1 := threadCPU(), time.Now()
+		if len(wall) < cap(wall) {
+			wall = append(wall, t1.Sub(t0))
+			cpu = append(cpu, c1-c0-overhead)
+		}
+	}
+	slices.Sort(wall)
+	slices.Sort(cpu)
+	b.ReportMetric(float64(wall[len(wall)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(wall[len(wall)*99/100].Nanoseconds()), "p99-ns")
+	b.ReportMetric(float64(cpu[len(cpu)/2].Nanoseconds()), "cpu-p50-ns")
+	b.ReportMetric(float64(cpu[len(cpu)*99/100].Nanoseconds()), "cpu-p99-ns")
+}
+
+// BenchmarkIndexMemory measures heap bytes per (block, worker) entry with
+// runtime.MemStats, for blocks held by 1, 8 and 64 workers.
+func BenchmarkIndexMemory(b *testing.B) {
+	for _, share := range []int{1, 8, 64} {
+		b.Run(fmt.Sprintf("workers-per-block=%d", share), func(b *testing.B) {
+			const entries = 1 << 19
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				ix := New(WithEntryBudget(entries * 2))
+				rng := rand.New(rand.NewPCG(1, uint64(share)))
+				chains := entries / share / 16
+				for c := range chains {
+					toks := make([]uint32, 16*testBlock)
+					for i := range toks {
+						toks[i] = uint32(rng.IntN(150000))
+					}
+					for w := range share {
+						ev := storeEv(toks, 0, 16, uint64(c)<<8|uint64(w)<<40, "")
+						ix.Apply(Source{Worker: fmt.Sprintf("w%d", w), Model: "m"}, &Batch{Events: []Event{ev}})
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				n := ix.entries
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(n), "bytes/entry")
+				runtime.KeepAlive(ix)
+			}
+		})
+	}
+}

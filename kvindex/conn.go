@@ -1,0 +1,266 @@
+package kvindex
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/zeromq/goczmq"
+)
+
+// Message is one KV-event message as published: topic, sequence number and
+// the msgpack KVEventBatch payload.
+type Message struct {
+	Topic   string
+	Seq     uint64
+	Payload []byte
+	// Replayed is true for messages that came from the replay socket.
+	Replayed bool
+}
+
+// endSeq is the replay end marker; it is never a data sequence number.
+const endSeq = ^uint64(0)
+
+// Errors of the socket layer.
+var (
+	// ErrFrame means a message did not have the frames vLLM sends.
+	ErrFrame = errors.New("kv events: malformed message frames")
+	// ErrReplayTimeout means the replay endpoint did not finish in time.
+	ErrReplayTimeout = errors.New("kv events: replay timed out")
+)
+
+// pollInterval bounds how long a socket wait blocks before the context is
+// checked again.
+const pollInterval = 100 * time.Millisecond
+
+// parseLive reads a live SUB message: [topic, seq(8+ bytes BE), payload].
+func parseLive(frames [][]byte) (Message, error) {
+	if len(frames) != 3 || len(frames[1]) < 8 {
+		return Message{}, fmt.Errorf("%w: %d frames", ErrFrame, len(frames))
+	}
+	return Message{Topic: string(frames[0]), Seq: binary.BigEndian.Uint64(frames[1][:8]), Payload: frames[2]}, nil
+}
+
+// parseReplay reads one message a DEALER receives from vLLM's replay
+// ROUTER: ["", seq, payload] (vLLM ≤ 0.23) or ["", topic, seq, payload],
+// with seq all 0xFF and an empty payload at the end. end reports the marker.
+func parseReplay(frames [][]byte) (m Message, end bool, err error) {
+	if len(frames) > 0 && len(frames[0]) == 0 && len(frames) >= 3 {
+		frames = frames[1:]
+	}
+	var seq []byte
+	switch len(frames) {
+	case 2:
+		seq, m.Payload = frames[0], frames[1]
+	case 3:
+		m.Topic, seq, m.Payload = string(frames[0]), frames[1], frames[2]
+	default:
+		return Message{}, false, fmt.Errorf("%w: %d replay frames", ErrFrame, len(frames))
+	}
+	if len(seq) < 8 {
+		return Message{}, false, fmt.Errorf("%w: replay seq of %d bytes", ErrFrame, len(seq))
+	}
+	m.Seq = binary.BigEndian.Uint64(seq[:8])
+	m.Replayed = true
+	return m, m.Seq == endSeq || len(m.Payload) == 0, nil
+}
+
+// RankEndpoint returns the endpoint of data-parallel rank r given rank 0's:
+// for tcp the port is offset by r, for ipc and inproc "_dp<r>" is appended,
+// as vLLM does. Rank 0 and port 0 are returned unchanged.
+func RankEndpoint(endpoint string, rank int) (string, error) {
+	if rank == 0 {
+		return endpoint, nil
+	}
+	if rest, ok := strings.CutPrefix(endpoint, "tcp://"); ok {
+		i := strings.LastIndexByte(rest, ':')
+		if i < 0 {
+			return "", fmt.Errorf("endpoint %q has no port", endpoint)
+		}
+		port, err := strconv.Atoi(rest[i+1:])
+		if err != nil || port < 0 || port+rank > 65535 {
+			return "", fmt.Errorf("endpoint %q: bad port for rank %d", endpoint, rank)
+		}
+		if port == 0 {
+			return endpoint, nil
+		}
+		return "tcp://" + rest[:i+1] + strconv.Itoa(port+rank), nil
+	}
+	if strings.HasPrefix(endpoint, "ipc://") || strings.HasPrefix(endpoint, "inproc://") {
+		return endpoint + "_dp" + strconv.Itoa(rank), nil
+	}
+	if u, err := url.Parse(endpoint); err == nil && u.Scheme != "" {
+		return "", fmt.Errorf("endpoint %q: unsupported scheme %q", endpoint, u.Scheme)
+	}
+	return "", fmt.Errorf("endpoint %q: want tcp://host:port, ipc:// or inproc://", endpoint)
+}
+
+// czmqInit runs CZMQ's process-wide initialisation once. CZMQ initialises
+// itself lazily on the first socket and asserts if another thread creates a
+// socket meanwhile, so every socket this package makes is created after it.
+// This is the C library's global state, not the package's.
+var czmqInit = sync.OnceFunc(func() {
+	s := goczmq.NewSock(goczmq.Pub)
+	s.Destroy()
+})
+
+// conn is one stream's sockets: a SUB for live messages and, when a replay
+// endpoint is set, a DEALER made per replay. A conn belongs to one goroutine.
+type conn struct {
+	sub    *goczmq.Sock
+	poller *goczmq.Poller
+	replay string
+}
+
+func dial(endpoint, replay, topic string) (*conn, error) {
+	czmqInit()
+	// Options first: the receive high-water mark applies to connections
+	// made after it is set.
+	sub := goczmq.NewSock(goczmq.Sub)
+	sub.SetRcvhwm(1 << 20)
+	sub.SetSubscribe(topic)
+	if err := sub.Connect(endpoint); err != nil {
+		sub.Destroy()
+		return nil, fmt.Errorf("subscribe %s: %w", endpoint, err)
+	}
+	poller, err := goczmq.NewPoller(sub)
+	if err != nil {
+		sub.Destroy()
+		return nil, fmt.Errorf("poll %s: %w", endpoint, err)
+	}
+	return &conn{sub: sub, poller: poller, replay: replay}, nil
+}
+
+func (c *conn) close() {
+	c.poller.Destroy()
+	c.sub.Destroy()
+}
+
+// next waits up to pollInterval for a live message. ok is false on timeout.
+func (c *conn) next() (m Message, ok bool, err error) {
+	if c.poller.Wait(int(pollInterval/time.Millisecond)) == nil {
+		return Message{}, false, nil
+	}
+	frames, err := c.sub.RecvMessage()
+	if err != nil {
+		return Message{}, false, fmt.Errorf("receive: %w", err)
+	}
+	m, err = parseLive(frames)
+	return m, err == nil, err
+}
+
+// doReplay asks the replay endpoint for every buffered batch from start on
+// and passes them to onReplay in order, while live messages arriving
+// meanwhile go to onLive. It returns when the end marker arrives, ctx ends,
+// or timeout passes without one.
+func (c *conn) doReplay(ctx context.Context, start uint64, timeout time.Duration, onReplay, onLive func(Message)) error {
+	dealer, err := goczmq.NewDealer(c.replay)
+	if err != nil {
+		return fmt.Errorf("replay %s: %w", c.replay, err)
+	}
+	defer dealer.Destroy()
+	dealer.SetLinger(0)
+	poller, err := goczmq.NewPoller(dealer, c.sub)
+	if err != nil {
+		return fmt.Errorf("replay poll: %w", err)
+	}
+	defer poller.Destroy()
+	var seq [8]byte
+	binary.BigEndian.PutUint64(seq[:], start)
+	if err := dealer.SendFrame(nil, goczmq.FlagMore); err != nil {
+		return fmt.Errorf("replay request: %w", err)
+	}
+	if err := dealer.SendFrame(seq[:], goczmq.FlagNone); err != nil {
+		return fmt.Errorf("replay request: %w", err)
+	}
+	deadline := time.Now().Add(timeout)
+	for ctx.Err() == nil {
+		if time.Now().After(deadline) {
+			return ErrReplayTimeout
+		}
+		switch poller.Wait(int(pollInterval / time.Millisecond)) {
+		case nil:
+		case c.sub:
+			frames, err := c.sub.RecvMessage()
+			if err != nil {
+				return fmt.Errorf("receive: %w", err)
+			}
+			m, err := parseLive(frames)
+			if err != nil {
+				return err
+			}
+			onLive(m)
+		case dealer:
+			frames, err := dealer.RecvMessage()
+			if err != nil {
+				return fmt.Errorf("replay receive: %w", err)
+			}
+			m, end, err := parseReplay(frames)
+			if err != nil {
+				return err
+			}
+			if end {
+				return nil
+			}
+			deadline = time.Now().Add(timeout)
+			onReplay(m)
+		}
+	}
+	return ctx.Err()
+}
+
+// Tail subscribes to endpoint (filtered by the topic prefix) and calls fn
+// for every message until ctx ends or fn returns an error. With a replay
+// endpoint it first replays the engine's buffer from seq 0, then continues
+// live, skipping live messages the replay already delivered. It returns nil
+// when ctx ends, and fn's error when fn fails.
+func Tail(ctx context.Context, endpoint, replay, topic string, fn func(Message) error) error {
+	c, err := dial(endpoint, replay, topic)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	var fnErr error
+	var lo, hi uint64 // seqs the replay delivered, when hi > 0
+	deliver := func(m Message) {
+		if fnErr != nil || (!m.Replayed && hi > 0 && m.Seq >= lo && m.Seq < hi) {
+			return
+		}
+		if m.Replayed {
+			if hi == 0 {
+				lo = m.Seq
+			}
+			hi = m.Seq + 1
+		}
+		fnErr = fn(m)
+	}
+	if replay != "" {
+		var live []Message
+		err := c.doReplay(ctx, 0, 10*time.Second, deliver, func(m Message) { live = append(live, m) })
+		if err != nil {
+			return err
+		}
+		for _, m := range live {
+			deliver(m)
+		}
+	}
+	for ctx.Err() == nil && fnErr == nil {
+		m, ok, err := c.next()
+		if err != nil {
+			if errors.Is(err, ErrFrame) {
+				continue
+			}
+			return err
+		}
+		if ok {
+			deliver(m)
+		}
+	}
+	return fnErr
+}

@@ -1,0 +1,58 @@
+// Package kvindex knows which vLLM worker holds which prompt prefix in its
+// KV cache. It decodes vLLM's KV-cache events (ZeroMQ PUB messages carrying
+// msgpack KVEventBatch payloads, every layout from vLLM 0.9 to the map-era
+// events of 0.24 and later), subscribes to every worker and data-parallel
+// rank with gap replay over the engine's ROUTER socket, and keeps an index
+// from chains of token blocks to the workers holding them. It scores and
+// routes nothing.
+//
+// # Keys
+//
+// warmpath does not reproduce vLLM's block hash. On BlockStored it chains
+// its own 64-bit key (xxh3) over the event's token ids, one block at a
+// time, rooted in (model, LoRA name, cache salt): the model is warmpath's
+// served model name for the worker (by default the first of
+// discovery.Worker.Models, see [WithModelOf]), the LoRA name comes from the
+// event, and the salt from block 0's extra keys. Other extra keys
+// (multimodal items, prompt embeddings) are folded into their block's key,
+// so a request that cannot name them misses from that block on. A
+// per-stream table from engine hash to block keeps BlockRemoved exact and
+// refcounts duplicate stores. This works with every
+// --prefix-caching-hash-algo and needs no PYTHONHASHSEED coordination. A
+// store whose parent hash is unknown (missed events) is skipped and
+// counted, never guessed. Only full-attention blocks (group 0, or
+// kv_cache_spec_kind "full_attention") are indexed.
+//
+// # Use
+//
+//	ix := kvindex.New(kvindex.WithRegisterer(reg), kvindex.WithLogger(log))
+//	subs := kvindex.NewSubscribers(ix, kvindex.WithTopic(topic))
+//	g.Go(func() error { return subs.Run(ctx) }) // owned by the app's errgroup
+//	subs.Update(workers)                        // on every discovery snapshot
+//	ms := ix.Lookup(kvindex.ChainKey{Model: m, LoRA: l, Salt: s}, tokens, blockSize)
+//	ix.Speculate(chosen, key, tokens, blockSize) // after routing
+//
+// [Index.Lookup] answers, per worker, how many leading prompt tokens are
+// cached, in whole blocks, capped at floor((P−1)/B)·B as vLLM caps hits,
+// split between GPU and offloaded media; the best data-parallel rank of a
+// worker stands for it. [Index.Speculate] enters the blocks a routed
+// request will create before their events arrive. [Index.DebugWorkers],
+// [Index.Stale] and [Index.CaughtUp] serve operators and readiness.
+//
+// # Streams
+//
+// Each (worker, rank) stream tracks its sequence numbers. At start, and on
+// a gap, it replays from the engine's replay endpoint while buffering live
+// messages, then applies the buffered ones deduplicated by seq. A
+// sequence that goes backwards (engine restart), a replay that no longer
+// starts at the requested seq, a failed replay, or a gap without a replay
+// endpoint clears that stream's entries, with a log line and a count in
+// warmpath_kvindex_resets_total.
+//
+// # Metrics
+//
+// All under warmpath_kvindex_: events_total{type}, skipped_total{reason},
+// decode_errors_total, gaps_total, replays_total{result},
+// resets_total{reason}, entries, blocks, evictions_total and
+// lookup_duration_seconds; registered only with [WithRegisterer].
+package kvindex

@@ -1,0 +1,878 @@
+package kvindex
+
+import (
+	"log/slog"
+	"math/bits"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults for [New].
+const (
+	// DefaultEntryBudget is the default bound on (block, worker) entries.
+	DefaultEntryBudget = 4 << 20
+	// DefaultStaleAfter is the default silence after which a worker is stale.
+	DefaultStaleAfter = 5 * time.Minute
+	// DefaultSpeculativeTTL is the default lifetime of a speculative entry.
+	DefaultSpeculativeTTL = 5 * time.Second
+)
+
+// Option configures an [Index] built by [New].
+type Option func(*Index)
+
+// WithEntryBudget bounds the number of (block, worker) entries the index
+// holds, speculative entries included. Past it, the least recently touched
+// blocks are dropped, chain tails before their roots. n < 1 keeps the default.
+func WithEntryBudget(n int) Option {
+	return func(ix *Index) {
+		if n > 0 {
+			ix.budget = n
+		}
+	}
+}
+
+// WithStaleAfter sets how long a worker may publish nothing before
+// [Index.Stale] reports it. Zero or negative disables staleness. Note that
+// an idle vLLM engine publishes nothing, so this must exceed normal lulls.
+func WithStaleAfter(d time.Duration) Option {
+	return func(ix *Index) { ix.staleAfter = d }
+}
+
+// WithSpeculativeTTL sets how long a speculative entry lives unless a real
+// event replaces it first. d ≤ 0 keeps the default.
+func WithSpeculativeTTL(d time.Duration) Option {
+	return func(ix *Index) {
+		if d > 0 {
+			ix.specTTL = d
+		}
+	}
+}
+
+// WithRegisterer registers the index's metrics (and those of [Subscribers]
+// built on it) with reg. Without it, metrics are kept but not exported.
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return func(ix *Index) { ix.reg = reg }
+}
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) Option {
+	return func(ix *Index) { ix.log = l }
+}
+
+// WithClock replaces time.Now, for tests.
+func WithClock(now func() time.Time) Option {
+	return func(ix *Index) { ix.now = now }
+}
+
+// Index maps chains of token blocks to the workers (and data-parallel ranks)
+// whose KV cache holds them, learned from vLLM KV events.
+//
+// An Index is safe for concurrent use: lookups share a read lock, event
+// application takes the write lock one batch at a time. Build it with [New].
+type Index struct {
+	mu sync.RWMutex
+
+	keys  table  // block key → node index
+	nodes []node // index 0 is unused, so 0 means "none"
+	free  []uint32
+	head  uint32 // most recently touched
+	tail  uint32 // least recently touched
+
+	// Lookups cannot reorder the LRU list under the read lock, so they log
+	// the chains they hit (node indices, each chain ended by 0) and the next
+	// writer replays the log before changing anything.
+	touchMu  sync.Mutex
+	touchLog []uint32
+
+	slots    []*slot // by slot id; nil when free
+	byName   map[slotName]uint16
+	entries  int // (node, slot) entries including speculative ones
+	specs    int // speculative entries
+	maxSlots int // highest slot id + 1
+	ranked   int // slots with a data-parallel rank above 0
+
+	budget     int
+	staleAfter time.Duration
+	specTTL    time.Duration
+	reg        prometheus.Registerer
+	log        *slog.Logger
+	now        func() time.Time
+	m          *metrics
+}
+
+// slotName identifies one event stream: a worker's data-parallel rank.
+type slotName struct {
+	worker string
+	rank   int
+}
+
+// node is one block key and the slots holding it. It is 64 bytes, one
+// cache line: what is rare (speculation, more than 64 streams) lives in ext.
+type node struct {
+	key uint64
+	// lo holds the GPU and other-medium bitsets of slots 0–63.
+	lo      [2]uint64
+	ext     *nodeExt // nil unless speculated on or held by slot ≥ 64
+	entries []entry
+	prev    uint32
+	next    uint32
+}
+
+// nodeExt holds a node's rare state.
+type nodeExt struct {
+	spec      uint64 // speculative bitset of slots 0–63
+	specUntil int64  // unix nanos; the latest expiry among spec bits
+	// hi holds further words of the bitsets by kind (bGPU, bOff, bSpec).
+	hi [3][]uint64
+}
+
+// entry is one slot's hold on a node: its engine hash and reference counts
+// per medium (vLLM may store the same hash more than once).
+type entry struct {
+	hash uint64
+	slot uint16
+	gpu  uint16
+	off  uint16
+}
+
+// slot is the index state of one (worker, rank) stream.
+type slot struct {
+	id     uint16
+	name   slotName
+	model  string
+	blocks table // engine hash → node index
+	specQ  []specItem
+	specAt map[uint32]int64 // node → expiry of its latest speculation
+
+	status SlotStatus
+	lastAt time.Time
+	since  time.Time
+}
+
+type specItem struct {
+	node  uint32
+	until int64
+}
+
+// New returns an empty Index.
+func New(opts ...Option) *Index {
+	ix := &Index{
+		nodes:      make([]node, 1),
+		byName:     make(map[slotName]uint16),
+		budget:     DefaultEntryBudget,
+		staleAfter: DefaultStaleAfter,
+		specTTL:    DefaultSpeculativeTTL,
+		log:        slog.New(slog.DiscardHandler),
+		now:        time.Now,
+	}
+	for _, o := range opts {
+		o(ix)
+	}
+	ix.m = newMetrics(ix.reg)
+	return ix
+}
+
+// Source names the stream a batch came from.
+type Source struct {
+	// Worker is the worker's name; Rank its data-parallel rank.
+	Worker string
+	Rank   int
+	// Model is warmpath's model name for the worker: with the event's LoRA
+	// name and cache salt it roots the chains the worker stores.
+	Model string
+}
+
+// MaxStreams bounds the (worker, rank) streams an Index tracks; events of
+// further streams are dropped and counted (reason "too_many_streams").
+const MaxStreams = 1 << 14
+
+// slotLocked returns the slot for src, creating it, or nil when MaxStreams
+// are taken. ix.mu must be held.
+func (ix *Index) slotLocked(src Source) *slot {
+	name := slotName{src.Worker, src.Rank}
+	if id, ok := ix.byName[name]; ok {
+		s := ix.slots[id]
+		if s.model != src.Model {
+			// A new model roots different chains: the old keys are wrong.
+			ix.clearSlotLocked(s)
+			s.model = src.Model
+		}
+		return s
+	}
+	id := -1
+	for i, s := range ix.slots {
+		if s == nil {
+			id = i
+			break
+		}
+	}
+	if id < 0 {
+		if len(ix.slots) >= MaxStreams {
+			return nil
+		}
+		id = len(ix.slots)
+		ix.slots = append(ix.slots, nil)
+	}
+	now := ix.now()
+	s := &slot{
+		id:     uint16(id),
+		name:   name,
+		model:  src.Model,
+		specAt: make(map[uint32]int64),
+		since:  now,
+		status: SlotStatus{Worker: src.Worker, Rank: src.Rank, Model: src.Model, LastSeq: -1},
+	}
+	ix.slots[id] = s
+	ix.byName[name] = s.id
+	if src.Rank > 0 {
+		ix.ranked++
+	}
+	ix.maxSlots = max(ix.maxSlots, id+1)
+	return s
+}
+
+// Apply applies the events of one decoded batch from src, in order, and
+// counts them. Events that cannot be applied exactly (unknown parent, bad
+// shape, other KV-cache groups) are skipped and counted.
+func (ix *Index) Apply(src Source, b *Batch) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	s := ix.slotLocked(src)
+	if s == nil {
+		ix.m.skipped.WithLabelValues("too_many_streams").Add(float64(len(b.Events)))
+		return
+	}
+	now := ix.now()
+	s.lastAt = now
+	ix.drainTouchesLocked()
+	ix.sweepLocked(now.UnixNano())
+	for i := range b.Events {
+		ix.applyLocked(s, &b.Events[i])
+	}
+	if b.UnknownEvents > 0 {
+		ix.m.skipped.WithLabelValues("unknown_event").Add(float64(b.UnknownEvents))
+	}
+	if b.UnknownFields > 0 {
+		ix.m.skipped.WithLabelValues("unknown_field").Add(float64(b.UnknownFields))
+	}
+	ix.evictLocked()
+	ix.gaugesLocked()
+}
+
+func (ix *Index) applyLocked(s *slot, ev *Event) {
+	ix.m.events[ev.Kind].Inc()
+	switch ev.Kind {
+	case AllBlocksCleared:
+		ix.clearSlotLocked(s)
+	case BlockRemoved:
+		if !indexedGroup(ev) {
+			ix.m.skipOtherGroup.Inc()
+			return
+		}
+		gpu := ev.Medium == "" || ev.Medium == MediumGPU
+		for _, h := range ev.BlockHashes {
+			if !ix.removeLocked(s, h, gpu) {
+				ix.m.skipUnknownHash.Inc()
+			}
+		}
+	case BlockStored:
+		if !indexedGroup(ev) {
+			ix.m.skipOtherGroup.Inc()
+			return
+		}
+		n := len(ev.BlockHashes)
+		if ev.BlockSize < 1 || len(ev.TokenIDs) != n*ev.BlockSize || (ev.ExtraKeys != nil && len(ev.ExtraKeys) != n) {
+			ix.m.skipInvalid.Inc()
+			return
+		}
+		s.status.BlockSize = ev.BlockSize
+		var key uint64
+		if ev.HasParent {
+			ni := s.blocks.get(ev.ParentHash)
+			if ni == 0 {
+				// Missed events: the chain cannot be placed. Never guess.
+				ix.m.skipUnreachable.Inc()
+				s.status.Unreachable++
+				return
+			}
+			key = ix.nodes[ni].key
+		} else {
+			ck := ChainKey{Model: s.model, LoRA: ev.LoRAName}
+			if ck.LoRA == "" && ev.HasLoRAID {
+				ck.LoRA = "lora-id:" + strconv.FormatInt(ev.LoRAID, 10)
+			}
+			if len(ev.ExtraKeys) > 0 && ev.ExtraKeys[0] != nil {
+				ck.Salt = saltOf(ev.ExtraKeys[0], ev)
+			}
+			key = ck.root()
+		}
+		gpu := ev.Medium == "" || ev.Medium == MediumGPU
+		// Chain all keys first, then insert tail first so the chain's root
+		// ends up most recently used and tails are evicted before roots.
+		var stack [64]uint64
+		keys := stack[:0]
+		if n > len(stack) {
+			keys = make([]uint64, 0, n)
+		}
+		for i := range n {
+			key = blockKey(key, ev.TokenIDs[i*ev.BlockSize:(i+1)*ev.BlockSize])
+			if ev.ExtraKeys != nil && ev.ExtraKeys[i] != nil {
+				key = foldExtra(key, ev.ExtraKeys[i], ev, i == 0 && !ev.HasParent)
+			}
+			keys = append(keys, key)
+		}
+		for i := n - 1; i >= 0; i-- {
+			ix.storeLocked(s, ev.BlockHashes[i], keys[i], gpu)
+		}
+	}
+}
+
+// indexedGroup reports whether ev belongs to the KV-cache group prefix
+// routing follows: full attention, which is group 0 in vLLM.
+func indexedGroup(ev *Event) bool {
+	if ev.SpecKind != "" {
+		return ev.SpecKind == "full_attention"
+	}
+	return ev.GroupIdx == 0
+}
+
+func (ix *Index) nodeFor(key uint64) uint32 {
+	if ni := ix.keys.get(key); ni != 0 {
+		return ni
+	}
+	var ni uint32
+	if k := len(ix.free); k > 0 {
+		ni = ix.free[k-1]
+		ix.free = ix.free[:k-1]
+	} else {
+		ix.nodes = append(ix.nodes, node{})
+		ni = uint32(len(ix.nodes) - 1)
+	}
+	n := &ix.nodes[ni]
+	n.key = key
+	ix.keys.put(key, ni)
+	return ni
+}
+
+func (ix *Index) storeLocked(s *slot, hash, key uint64, gpu bool) {
+	if ni := s.blocks.get(hash); ni != 0 && ix.nodes[ni].key != key {
+		// The engine reused a hash for different content (a fold
+		// collision or a reset we missed): forget the old block.
+		ix.dropEntryLocked(s, ni, hash)
+	}
+	ni := ix.nodeFor(key)
+	n := &ix.nodes[ni]
+	e := n.find(s.id)
+	if e == nil {
+		n.entries = append(n.entries, entry{hash: hash, slot: s.id})
+		e = &n.entries[len(n.entries)-1]
+		s.blocks.put(hash, ni)
+		s.status.Blocks++
+		ix.entries++
+	}
+	if gpu {
+		e.gpu++
+		n.set(bGPU, s.id)
+	} else {
+		e.off++
+		n.set(bOff, s.id)
+	}
+	if n.has(bSpec, s.id) {
+		// The real event replaces the speculation.
+		n.clear(bSpec, s.id)
+		delete(s.specAt, ni)
+		ix.entries--
+		ix.specs--
+	}
+	ix.toFront(ni)
+}
+
+// removeLocked drops one reference of hash in one medium. It reports
+// whether the hash was known.
+func (ix *Index) removeLocked(s *slot, hash uint64, gpu bool) bool {
+	ni := s.blocks.get(hash)
+	if ni == 0 {
+		return false
+	}
+	n := &ix.nodes[ni]
+	e := n.find(s.id)
+	if e == nil {
+		return false
+	}
+	switch {
+	case gpu && e.gpu > 0:
+		e.gpu--
+		if e.gpu == 0 {
+			n.clear(bGPU, s.id)
+		}
+	case !gpu && e.off > 0:
+		e.off--
+		if e.off == 0 {
+			n.clear(bOff, s.id)
+		}
+	default:
+		return false
+	}
+	if e.gpu == 0 && e.off == 0 {
+		ix.dropEntryLocked(s, ni, hash)
+	}
+	return true
+}
+
+// dropEntryLocked removes s's entry from node ni, whatever its counts.
+func (ix *Index) dropEntryLocked(s *slot, ni uint32, hash uint64) {
+	n := &ix.nodes[ni]
+	for i := range n.entries {
+		if n.entries[i].slot == s.id {
+			last := len(n.entries) - 1
+			n.entries[i] = n.entries[last]
+			n.entries = n.entries[:last]
+			ix.entries--
+			s.status.Blocks--
+			break
+		}
+	}
+	n.clear(bGPU, s.id)
+	n.clear(bOff, s.id)
+	s.blocks.del(hash)
+	ix.maybeFree(ni)
+}
+
+func (ix *Index) maybeFree(ni uint32) {
+	n := &ix.nodes[ni]
+	if len(n.entries) > 0 || n.anySpec() {
+		return
+	}
+	ix.unlink(ni)
+	ix.keys.del(n.key)
+	*n = node{entries: n.entries[:0]}
+	ix.free = append(ix.free, ni)
+}
+
+// clearSlotLocked drops every entry of s, real and speculative.
+func (ix *Index) clearSlotLocked(s *slot) {
+	blocks := s.blocks
+	s.blocks.reset()
+	blocks.each(func(hash uint64, ni uint32) { ix.dropEntryLocked(s, ni, hash) })
+	for ni := range s.specAt {
+		ix.dropSpecLocked(s, ni)
+	}
+	s.specQ = s.specQ[:0]
+}
+
+func (ix *Index) dropSpecLocked(s *slot, ni uint32) {
+	n := &ix.nodes[ni]
+	if n.has(bSpec, s.id) {
+		n.clear(bSpec, s.id)
+		ix.entries--
+		ix.specs--
+	}
+	delete(s.specAt, ni)
+	ix.maybeFree(ni)
+}
+
+func (n *node) find(id uint16) *entry {
+	for i := range n.entries {
+		if n.entries[i].slot == id {
+			return &n.entries[i]
+		}
+	}
+	return nil
+}
+
+// LRU list: head is most recent. Node 0 is the nil link.
+
+func (ix *Index) unlink(ni uint32) {
+	n := &ix.nodes[ni]
+	if n.prev != 0 {
+		ix.nodes[n.prev].next = n.next
+	} else if ix.head == ni {
+		ix.head = n.next
+	}
+	if n.next != 0 {
+		ix.nodes[n.next].prev = n.prev
+	} else if ix.tail == ni {
+		ix.tail = n.prev
+	}
+	n.prev, n.next = 0, 0
+}
+
+func (ix *Index) toFront(ni uint32) {
+	if ix.head == ni {
+		return
+	}
+	ix.unlink(ni)
+	n := &ix.nodes[ni]
+	n.next = ix.head
+	if ix.head != 0 {
+		ix.nodes[ix.head].prev = ni
+	}
+	ix.head = ni
+	if ix.tail == 0 {
+		ix.tail = ni
+	}
+}
+
+// maxTouchLog bounds the lookup touch log; touches past it are dropped
+// (they only affect which blocks the budget evicts first).
+const maxTouchLog = 1 << 18
+
+// logTouches records a chain a lookup hit, root first. Called under the
+// read lock, so every logged index is valid when the next writer drains.
+func (ix *Index) logTouches(chain []uint32) {
+	if len(chain) == 0 {
+		return
+	}
+	ix.touchMu.Lock()
+	if len(ix.touchLog)+len(chain)+1 <= maxTouchLog {
+		ix.touchLog = append(ix.touchLog, chain...)
+		ix.touchLog = append(ix.touchLog, 0)
+	}
+	ix.touchMu.Unlock()
+}
+
+// drainTouchesLocked moves the chains lookups hit to the LRU head in the
+// order they were hit, each tail first so that its root ends up most recent.
+func (ix *Index) drainTouchesLocked() {
+	// The write lock excludes every lookup, so touchMu is not needed.
+	log := ix.touchLog
+	ix.touchLog = log[:0]
+	start := 0
+	for i, ni := range log {
+		if ni != 0 {
+			continue
+		}
+		for j := i - 1; j >= start; j-- {
+			ix.toFront(log[j])
+		}
+		start = i + 1
+	}
+}
+
+// evictLocked drops least recently touched nodes until the entry budget
+// holds.
+func (ix *Index) evictLocked() {
+	for ix.entries > ix.budget && ix.tail != 0 {
+		ni := ix.tail
+		n := &ix.nodes[ni]
+		ix.m.evictions.Inc()
+		for len(n.entries) > 0 {
+			e := n.entries[len(n.entries)-1]
+			if s := ix.slots[e.slot]; s != nil {
+				ix.dropEntryLocked(s, ni, e.hash)
+			} else {
+				n.entries = n.entries[:len(n.entries)-1] // cannot happen; keeps the loop finite
+				ix.entries--
+			}
+			n = &ix.nodes[ni]
+		}
+		for _, s := range ix.slots {
+			if s != nil && n.has(bSpec, s.id) {
+				ix.dropSpecLocked(s, ni)
+			}
+		}
+		if ix.tail == ni {
+			// Whatever state is left, the node must leave the list.
+			ix.nodes[ni].ext = nil
+			ix.maybeFree(ni)
+		}
+	}
+}
+
+// Speculate enters the full blocks of tokens under key on worker (rank 0)
+// for the speculative TTL, because the engine serves a request's in-flight
+// blocks as hits before their events arrive. Real events for the same
+// blocks replace the speculation. Unknown workers are ignored.
+func (ix *Index) Speculate(worker string, key ChainKey, tokens []uint32, blockSize int) {
+	if blockSize < 1 || len(tokens) < blockSize {
+		return
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	id, ok := ix.byName[slotName{worker, 0}]
+	if !ok {
+		return
+	}
+	s := ix.slots[id]
+	if key.Model == "" {
+		key.Model = s.model
+	}
+	now := ix.now().UnixNano()
+	ix.sweepLocked(now)
+	until := now + int64(ix.specTTL)
+	ix.drainTouchesLocked()
+	keys := BlockKeys(key, tokens, blockSize)
+	for i := len(keys) - 1; i >= 0; i-- {
+		ni := ix.nodeFor(keys[i])
+		n := &ix.nodes[ni]
+		if !n.has(bSpec, s.id) {
+			if n.find(s.id) != nil {
+				ix.toFront(ni)
+				continue // already really there
+			}
+			n.set(bSpec, s.id)
+			ix.entries++
+			ix.specs++
+		}
+		n.ext.specUntil = max(n.ext.specUntil, until)
+		s.specAt[ni] = until
+		s.specQ = append(s.specQ, specItem{node: ni, until: until})
+		ix.toFront(ni)
+	}
+	ix.evictLocked()
+	ix.gaugesLocked()
+}
+
+// sweepLocked drops expired speculative entries.
+func (ix *Index) sweepLocked(now int64) {
+	if ix.specs == 0 {
+		for _, s := range ix.slots {
+			if s != nil {
+				s.specQ = s.specQ[:0]
+			}
+		}
+		return
+	}
+	for _, s := range ix.slots {
+		if s == nil {
+			continue
+		}
+		i := 0
+		for ; i < len(s.specQ) && s.specQ[i].until <= now; i++ {
+			it := s.specQ[i]
+			if at, ok := s.specAt[it.node]; ok && at == it.until {
+				ix.dropSpecLocked(s, it.node)
+			}
+		}
+		s.specQ = append(s.specQ[:0], s.specQ[i:]...)
+	}
+}
+
+// Match is one worker's cached prefix for a lookup.
+type Match struct {
+	// Worker is the worker's name; Rank the data-parallel rank that holds
+	// the longest prefix.
+	Worker string
+	Rank   int
+	// GPUTokens counts leading prompt tokens cached in GPU memory.
+	GPUTokens int
+	// OffloadedTokens counts the tokens after GPUTokens that continue the
+	// prefix in another medium (CPU, storage): hits that must be loaded.
+	OffloadedTokens int
+}
+
+// CachedTokens returns the whole cached prefix, all media together.
+func (m Match) CachedTokens() int { return m.GPUTokens + m.OffloadedTokens }
+
+// Lookup returns, per worker with a hit, the number of leading tokens of
+// the prompt its cache holds, in whole blocks of blockSize tokens, capped
+// at floor((len(tokens)−1)/blockSize)·blockSize as vLLM caps it (the last
+// prompt token is always recomputed). Workers with no hit are absent.
+// When several ranks of a worker hit, the one with the longest prefix
+// wins. Lookup stops at the first block no worker holds.
+func (ix *Index) Lookup(key ChainKey, tokens []uint32, blockSize int) []Match {
+	if blockSize < 1 || len(tokens) <= blockSize {
+		return nil
+	}
+	start := time.Now()
+	limit := (len(tokens) - 1) / blockSize
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	words := (ix.maxSlots + 63) / 64
+	// Per slot: blocks held in any medium, and on GPU, as the walk drops it.
+	var stackDepth [2 * 128]int32
+	var stackAlive [2 * 2]uint64
+	depth := stackDepth[:]
+	if 2*ix.maxSlots > len(depth) {
+		depth = make([]int32, 2*ix.maxSlots)
+	}
+	alive := stackAlive[:]
+	if 2*words > len(alive) {
+		alive = make([]uint64, 2*words)
+	}
+	depthAny, depthGPU := depth[:ix.maxSlots], depth[ix.maxSlots:2*ix.maxSlots]
+	anyAlive, gpuAlive := alive[:words], alive[words:2*words]
+	now := ix.now().UnixNano()
+	var pathStack [512]uint32
+	path := pathStack[:0]
+	// Keys are computed a chunk at a time and probed together, so the
+	// CPU overlaps the probes' cache misses; chunks double from 16 blocks
+	// so that an early miss wastes little hashing.
+	var keyBuf [256]uint64
+	var niBuf [256]uint32
+	h := key.root()
+	matched := 0
+	chunk := 16
+walk:
+	for base := 0; base < limit; {
+		c := min(chunk, limit-base, len(keyBuf))
+		chunk *= 2
+		for j := range c {
+			at := (base + j) * blockSize
+			h = blockKey(h, tokens[at:at+blockSize])
+			keyBuf[j] = h
+		}
+		for j := range c {
+			niBuf[j] = ix.keys.get(keyBuf[j])
+		}
+		for j, ni := range niBuf[:c] {
+			if ni == 0 {
+				break walk
+			}
+			i := base + j
+			n := &ix.nodes[ni]
+			specOK := n.specLive(now)
+			live := false
+			for w := range words {
+				g := n.word(bGPU, w)
+				if specOK {
+					g |= n.word(bSpec, w)
+				}
+				a := g | n.word(bOff, w)
+				if i > 0 {
+					for d := anyAlive[w] &^ a; d != 0; d &= d - 1 {
+						depthAny[w*64+bits.TrailingZeros64(d)] = int32(i)
+					}
+					for d := gpuAlive[w] &^ g; d != 0; d &= d - 1 {
+						depthGPU[w*64+bits.TrailingZeros64(d)] = int32(i)
+					}
+					a &= anyAlive[w]
+					g &= gpuAlive[w]
+				}
+				anyAlive[w], gpuAlive[w] = a, g
+				live = live || a != 0
+			}
+			if !live {
+				break walk
+			}
+			path = append(path, ni)
+			matched = i + 1
+		}
+		base += c
+	}
+	for w := range words {
+		if matched == 0 {
+			break
+		}
+		for a := anyAlive[w]; a != 0; a &= a - 1 {
+			depthAny[w*64+bits.TrailingZeros64(a)] = int32(matched)
+		}
+		for g := gpuAlive[w]; g != 0; g &= g - 1 {
+			depthGPU[w*64+bits.TrailingZeros64(g)] = int32(matched)
+		}
+	}
+	ix.logTouches(path)
+	out := make([]Match, 0, min(ix.maxSlots, 64))
+	var byWorker map[string]int // only with data-parallel ranks
+	if ix.ranked > 0 {
+		byWorker = make(map[string]int)
+	}
+	for id, d := range depthAny {
+		if d == 0 || ix.slots[id] == nil {
+			continue
+		}
+		s := ix.slots[id]
+		m := Match{Worker: s.name.worker, Rank: s.name.rank, GPUTokens: int(depthGPU[id]) * blockSize}
+		m.OffloadedTokens = int(d)*blockSize - m.GPUTokens
+		if byWorker != nil {
+			if j, ok := byWorker[m.Worker]; ok {
+				if m.CachedTokens() > out[j].CachedTokens() {
+					out[j] = m
+				}
+				continue
+			}
+			byWorker[m.Worker] = len(out)
+		}
+		out = append(out, m)
+	}
+	ix.m.lookup.Observe(time.Since(start).Seconds())
+	return out
+}
+
+// Bitset kinds of a node.
+const (
+	bGPU  = iota // held on GPU
+	bOff         // held in another medium
+	bSpec        // speculative (GPU)
+)
+
+// word returns word w of bitset k.
+func (n *node) word(k, w int) uint64 {
+	if w == 0 {
+		if k < bSpec {
+			return n.lo[k]
+		}
+		if n.ext == nil {
+			return 0
+		}
+		return n.ext.spec
+	}
+	if n.ext == nil || w-1 >= len(n.ext.hi[k]) {
+		return 0
+	}
+	return n.ext.hi[k][w-1]
+}
+
+func (n *node) set(k int, id uint16) {
+	w := int(id) / 64
+	if w == 0 && k < bSpec {
+		n.lo[k] |= 1 << id
+		return
+	}
+	if n.ext == nil {
+		n.ext = new(nodeExt)
+	}
+	if w == 0 {
+		n.ext.spec |= 1 << id
+		return
+	}
+	for len(n.ext.hi[k]) < w {
+		n.ext.hi[k] = append(n.ext.hi[k], 0)
+	}
+	n.ext.hi[k][w-1] |= 1 << (id % 64)
+}
+
+func (n *node) clear(k int, id uint16) {
+	w := int(id) / 64
+	switch {
+	case w == 0 && k < bSpec:
+		n.lo[k] &^= 1 << id
+	case n.ext == nil:
+	case w == 0:
+		n.ext.spec &^= 1 << id
+	case w-1 < len(n.ext.hi[k]):
+		n.ext.hi[k][w-1] &^= 1 << (id % 64)
+	}
+}
+
+func (n *node) has(k int, id uint16) bool {
+	return n.word(k, int(id)/64)&(1<<(id%64)) != 0
+}
+
+func (n *node) anySpec() bool {
+	if n.ext == nil {
+		return false
+	}
+	if n.ext.spec != 0 {
+		return true
+	}
+	for _, w := range n.ext.hi[bSpec] {
+		if w != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// specLive reports whether the node's speculative bits are unexpired.
+func (n *node) specLive(now int64) bool {
+	return n.ext != nil && n.ext.specUntil > now
+}
+
+func (ix *Index) gaugesLocked() {
+	ix.m.entries.Set(float64(ix.entries))
+	ix.m.nodes.Set(float64(ix.keys.len()))
+}

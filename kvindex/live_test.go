@@ -1,0 +1,418 @@
+package kvindex
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zeebo/xxh3"
+	"github.com/zeromq/goczmq"
+
+	"github.com/warmpath/warmpath/discovery"
+)
+
+// fakeEngine publishes KV events like a vLLM engine: a PUB socket, a
+// ROUTER replay socket with a ring buffer, and a model of its prefix cache
+// that is the truth the index must converge to.
+type fakeEngine struct {
+	t           *testing.T
+	pub         *goczmq.Sock
+	pubEP       string
+	routerEP    string
+	topic       string
+	replayTopic bool // replies carry the topic frame (vLLM ≥ ≈0.24)
+
+	mu      sync.Mutex
+	ring    []Message
+	ringCap int
+
+	seq    uint64
+	blocks map[uint64]int // engine hash → copies
+	rng    *rand.Rand
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+const testBlock = 16
+
+func newFakeEngine(t *testing.T, topic string, replay, replayTopic bool, ringCap int) *fakeEngine {
+	t.Helper()
+	czmqInit()
+	pub := goczmq.NewSock(goczmq.Pub)
+	port, err := pub.Bind("tcp://127.0.0.1:*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &fakeEngine{
+		t: t, pub: pub, pubEP: fmt.Sprintf("tcp://127.0.0.1:%d", port), topic: topic,
+		replayTopic: replayTopic, ringCap: ringCap, blocks: make(map[uint64]int),
+		rng: rand.New(rand.NewPCG(1, 2)), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	if !replay {
+		close(e.done)
+		t.Cleanup(func() { pub.Destroy() })
+		return e
+	}
+	router := goczmq.NewSock(goczmq.Router)
+	rport, err := router.Bind("tcp://127.0.0.1:*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.routerEP = fmt.Sprintf("tcp://127.0.0.1:%d", rport)
+	go e.serveReplays(router)
+	t.Cleanup(func() {
+		close(e.stop)
+		<-e.done
+		pub.Destroy()
+	})
+	return e
+}
+
+// serveReplays answers [identity, "", seq8] with every buffered message
+// from seq on, then the end marker.
+func (e *fakeEngine) serveReplays(router *goczmq.Sock) {
+	defer close(e.done)
+	defer router.Destroy()
+	poller, err := goczmq.NewPoller(router)
+	if err != nil {
+		e.t.Error(err)
+		return
+	}
+	defer poller.Destroy()
+	for {
+		select {
+		case <-e.stop:
+			return
+		default:
+		}
+		if poller.Wait(20) == nil {
+			continue
+		}
+		req, err := router.RecvMessage()
+		if err != nil || len(req) != 3 || len(req[2]) != 8 {
+			continue
+		}
+		start := binary.BigEndian.Uint64(req[2])
+		e.mu.Lock()
+		ring := append([]Message(nil), e.ring...)
+		e.mu.Unlock()
+		send := func(frames ...[]byte) {
+			if err := router.SendMessage(append([][]byte{req[0], {}}, frames...)); err != nil {
+				e.t.Error(err)
+			}
+		}
+		for _, m := range ring {
+			if m.Seq < start {
+				continue
+			}
+			if e.replayTopic {
+				send([]byte(e.topic), seq8(m.Seq), m.Payload)
+			} else {
+				send(seq8(m.Seq), m.Payload)
+			}
+		}
+		if e.replayTopic {
+			send([]byte{}, seq8(endSeq), []byte{})
+		} else {
+			send(seq8(endSeq), []byte{})
+		}
+	}
+}
+
+func seq8(s uint64) []byte { return binary.BigEndian.AppendUint64(nil, s) }
+
+// engineHash is the fake engine's own block hash; unrelated to warmpath's keys.
+func engineHash(parent uint64, tokens []uint32) uint64 {
+	h := parent
+	for _, t := range tokens {
+		h = xxh3.HashSeed([]byte{byte(t), byte(t >> 8), byte(t >> 16), byte(t >> 24)}, h)
+	}
+	return h | 1
+}
+
+func engineChain(prompt []uint32) []uint64 {
+	var out []uint64
+	h := uint64(0)
+	for i := 0; i+testBlock <= len(prompt); i += testBlock {
+		h = engineHash(h, prompt[i:i+testBlock])
+		out = append(out, h)
+	}
+	return out
+}
+
+// step publishes one batch: some evictions, then the store of prompt's
+// blocks from the first one not cached (vLLM stores again blocks after a
+// hole, so duplicates happen). drop suppresses sending, not buffering.
+func (e *fakeEngine) step(prompt []uint32, evict int, drop bool) {
+	e.t.Helper()
+	var n int
+	body := &enc{}
+	for range evict {
+		if len(e.blocks) == 0 {
+			break
+		}
+		var victim uint64
+		k := e.rng.IntN(len(e.blocks))
+		for h := range e.blocks {
+			if k == 0 {
+				victim = h
+				break
+			}
+			k--
+		}
+		if e.blocks[victim]--; e.blocks[victim] == 0 {
+			delete(e.blocks, victim)
+		}
+		body.removedArray(victim)
+		n++
+	}
+	chain := engineChain(prompt)
+	first := 0
+	for first < len(chain) && e.blocks[chain[first]] > 0 {
+		first++
+	}
+	if first < len(chain) {
+		s := stored{hashes: chain[first:], tokens: prompt[first*testBlock : len(chain)*testBlock], blockSize: testBlock, medium: "GPU"}
+		if first > 0 {
+			s.parent = &chain[first-1]
+		}
+		body.storedArray(s)
+		for _, h := range chain[first:] {
+			e.blocks[h]++
+		}
+		n++
+	}
+	payload := batch(n, func(x *enc) { x.b = append(x.b, body.b...) })
+	m := Message{Topic: e.topic, Seq: e.seq, Payload: payload}
+	e.seq++
+	e.mu.Lock()
+	e.ring = append(e.ring, m)
+	if len(e.ring) > e.ringCap {
+		e.ring = e.ring[len(e.ring)-e.ringCap:]
+	}
+	e.mu.Unlock()
+	if !drop {
+		if err := e.pub.SendMessage([][]byte{[]byte(e.topic), seq8(m.Seq), payload}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// restart models a new engine process: empty cache, seq from 0, empty ring.
+func (e *fakeEngine) restart() {
+	clear(e.blocks)
+	e.seq = 0
+	e.mu.Lock()
+	e.ring = nil
+	e.mu.Unlock()
+}
+
+// truth is the engine's cached prefix of prompt, capped as vLLM caps hits.
+func (e *fakeEngine) truth(prompt []uint32) int {
+	limit := (len(prompt) - 1) / testBlock
+	n := 0
+	for _, h := range engineChain(prompt) {
+		if n == limit || e.blocks[h] == 0 {
+			break
+		}
+		n++
+	}
+	return n * testBlock
+}
+
+// workload returns prompts sharing a few prefixes.
+func workload(rng *rand.Rand, n int) [][]uint32 {
+	prefixes := make([][]uint32, 4)
+	for i := range prefixes {
+		prefixes[i] = seqTokens(1000*(i+1), 4*testBlock)
+	}
+	out := make([][]uint32, n)
+	for i := range out {
+		p := append([]uint32(nil), prefixes[rng.IntN(len(prefixes))]...)
+		tail := rng.IntN(4) + 1
+		for range tail * testBlock {
+			p = append(p, uint32(rng.IntN(8)))
+		}
+		out[i] = append(p, 99) // one partial token: the full blocks are all hittable
+	}
+	return out
+}
+
+func TestLiveSubscriberConverges(t *testing.T) {
+	t.Parallel()
+	const steps = 60
+	tests := []struct {
+		name        string
+		replay      bool
+		replayTopic bool
+		topic       string
+		ringCap     int
+		drop        func(step int) bool
+		restartAt   int  // step at which the engine restarts; 0: never
+		exact       bool // the index must equal the truth, else never exceed it
+		wantResets  bool
+		wantGaps    bool
+	}{
+		{name: "clean stream", replay: true, ringCap: 1000, drop: never, exact: true},
+		{name: "drops, replay without topic frame", replay: true, ringCap: 1000, drop: every(5), exact: true, wantGaps: true},
+		{name: "drops, replay with topic frame", replay: true, replayTopic: true, topic: "kv@w0@qwen3", ringCap: 1000, drop: every(4), exact: true, wantGaps: true},
+		{name: "restart at seq 0", replay: true, replayTopic: true, ringCap: 1000, drop: never, restartAt: 30, exact: true, wantResets: true},
+		{name: "restart and drops", replay: true, ringCap: 1000, drop: every(6), restartAt: 25, exact: true, wantResets: true, wantGaps: true},
+		{name: "drops beyond the replay ring", replay: true, ringCap: 3, drop: between(20, 30), wantResets: true, wantGaps: true},
+		{name: "drops without a replay endpoint", drop: every(9), wantResets: true, wantGaps: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			eng := newFakeEngine(t, tc.topic, tc.replay, tc.replayTopic, tc.ringCap)
+			ix := New()
+			subs := NewSubscribers(ix, WithTopic(tc.topic), WithReplayTimeout(5*time.Second))
+			ctx := t.Context()
+			done := make(chan error, 1)
+			go func() { done <- subs.Run(ctx) }()
+			w := discovery.Worker{Name: "w0", Models: []string{"qwen3"}, KVEvents: eng.pubEP, KVReplay: eng.routerEP}
+			subs.Update([]discovery.Worker{w})
+			src := Source{Worker: "w0", Model: "qwen3"}
+			waitFor(t, "caught up", func() bool { return ix.CaughtUp("w0") })
+			if !tc.replay {
+				// No replay: wait until the SUB is surely connected.
+				for i := 0; ; i++ {
+					eng.step(seqTokens(50000+i*testBlock, testBlock+1), 0, false)
+					if statusOf(ix, src).LastSeq >= 0 {
+						break
+					}
+					time.Sleep(10 * time.Millisecond) // pacing the probe, not an assertion
+				}
+			}
+			rng := rand.New(rand.NewPCG(7, uint64(len(tc.name))))
+			prompts := workload(rng, steps)
+			for i, p := range prompts {
+				if tc.restartAt > 0 && i == tc.restartAt {
+					last := int64(eng.seq - 1)
+					waitFor(t, "pre-restart seq", func() bool { return statusOf(ix, src).LastSeq == last })
+					eng.restart()
+				}
+				eng.step(p, rng.IntN(3), i < steps-3 && tc.drop(i))
+			}
+			last := int64(eng.seq - 1)
+			waitFor(t, "last seq applied", func() bool { return statusOf(ix, src).LastSeq == last })
+			key := ChainKey{Model: "qwen3"}
+			check := func() string {
+				for i, p := range prompts {
+					got, _ := cachedOn(ix.Lookup(key, p, testBlock), "w0")
+					want := eng.truth(p)
+					if (tc.exact && got != want) || got > want {
+						return fmt.Sprintf("prompt %d: index says %d cached, engine holds %d", i, got, want)
+					}
+				}
+				return ""
+			}
+			var msg string
+			waitFor(t, "index matches the engine", func() bool { msg = check(); return msg == "" })
+			if msg != "" {
+				t.Fatal(msg)
+			}
+			st := statusOf(ix, src)
+			if tc.wantResets != (st.Resets > 0) || tc.wantGaps != (st.Gaps > 0) {
+				t.Errorf("resets=%d gaps=%d, want resets %v gaps %v", st.Resets, st.Gaps, tc.wantResets, tc.wantGaps)
+			}
+			if tc.replay && st.Replays == 0 {
+				t.Error("no replay recorded")
+			}
+			subs.Update(nil)
+			waitFor(t, "worker removed", func() bool { return len(ix.DebugWorkers()) == 0 })
+		})
+	}
+}
+
+func never(int) bool { return false }
+
+func every(n int) func(int) bool { return func(i int) bool { return i%n == n-1 } }
+
+func between(lo, hi int) func(int) bool { return func(i int) bool { return i >= lo && i < hi } }
+
+func statusOf(ix *Index, src Source) SlotStatus {
+	for _, st := range ix.DebugWorkers() {
+		if st.Worker == src.Worker && st.Rank == src.Rank {
+			return st
+		}
+	}
+	return SlotStatus{LastSeq: -1}
+}
+
+// waitFor polls cond until it holds or a generous deadline passes. The
+// deadline only bounds a hung test; no timing is asserted.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// bindPair binds two PUB sockets on consecutive ports, as the ranks of a
+// data-parallel engine publish.
+func bindPair(t *testing.T) (*goczmq.Sock, *goczmq.Sock, int) {
+	t.Helper()
+	czmqInit()
+	for range 50 {
+		p0 := goczmq.NewSock(goczmq.Pub)
+		port, err := p0.Bind("tcp://127.0.0.1:*")
+		if err != nil {
+			p0.Destroy()
+			continue
+		}
+		p1 := goczmq.NewSock(goczmq.Pub)
+		if _, err := p1.Bind(fmt.Sprintf("tcp://127.0.0.1:%d", port+1)); err != nil {
+			p0.Destroy()
+			p1.Destroy()
+			continue
+		}
+		t.Cleanup(func() { p0.Destroy(); p1.Destroy() })
+		return p0, p1, port
+	}
+	t.Skip("no two consecutive free ports")
+	return nil, nil, 0
+}
+
+func TestLiveDataParallelRanks(t *testing.T) {
+	t.Parallel()
+	p0, p1, port := bindPair(t)
+	ix := New()
+	subs := NewSubscribers(ix)
+	go func() { _ = subs.Run(t.Context()) }()
+	subs.Update([]discovery.Worker{{Name: "w", Models: []string{"m"}, KVEvents: fmt.Sprintf("tcp://127.0.0.1:%d", port), DataParallelSize: 2}})
+	prompt := seqTokens(1, 6*testBlock+1)
+	send := func(pub *goczmq.Sock, seq uint64, blocks int) {
+		payload := batch(1, func(e *enc) {
+			e.storedArray(stored{hashes: []uint64{11, 12, 13, 14, 15, 16}[:blocks], tokens: prompt[:blocks*testBlock], blockSize: testBlock, medium: "GPU"})
+		})
+		if err := pub.SendMessage([][]byte{nil, seq8(seq), payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Resend seq 0 on each rank until it has been seen (slow joiners).
+	for _, r := range []struct {
+		pub    *goczmq.Sock
+		rank   int
+		blocks int
+	}{{p0, 0, 2}, {p1, 1, 5}} {
+		waitFor(t, fmt.Sprintf("rank %d", r.rank), func() bool {
+			send(r.pub, 0, r.blocks)
+			return statusOf(ix, Source{Worker: "w", Rank: r.rank}).LastSeq == 0
+		})
+	}
+	ms := ix.Lookup(ChainKey{Model: "m"}, prompt, testBlock)
+	if len(ms) != 1 || ms[0].Rank != 1 || ms[0].GPUTokens != 5*testBlock {
+		t.Errorf("lookup = %+v, want rank 1 with 80 tokens", ms)
+	}
+	if n := len(ix.DebugWorkers()); n != 2 {
+		t.Errorf("%d streams, want 2", n)
+	}
+}

@@ -1,0 +1,234 @@
+package tokenize
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/warmpath/warmpath/tokenize/internal/jinja"
+)
+
+type requestCase struct {
+	Name   string          `json:"name"`
+	Family string          `json:"family"`
+	Body   string          `json:"body"`
+	VLLM   json.RawMessage `json:"vllm"`
+}
+
+func loadRequestCases(t testing.TB, kind string) []requestCase {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", "chat", "cases_"+kind+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []requestCase
+	if err := json.Unmarshal(raw, &cases); err != nil {
+		t.Fatal(err)
+	}
+	return cases
+}
+
+// templateCache loads each family's template once per test binary.
+type templateCache struct {
+	mu sync.Mutex
+	m  map[string]*ChatTemplate
+}
+
+func (c *templateCache) get(t testing.TB, family string) *ChatTemplate {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ct, ok := c.m[family]; ok {
+		return ct
+	}
+	ct, err := LoadChatTemplate(filepath.Join("testdata", "models", family), WithClock(goldenNow))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.m == nil {
+		c.m = map[string]*ChatTemplate{}
+	}
+	c.m[family] = ct
+	return ct
+}
+
+func mustJSON(t testing.TB, v jinja.Value) string {
+	t.Helper()
+	s, err := jinja.ToJSON(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestRenderRequestGoldens(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join("testdata", "chat", "expected_requests.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want map[string]string
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatal(err)
+	}
+	var cache templateCache
+	for _, kind := range []string{"openai", "anthropic"} {
+		for _, c := range loadRequestCases(t, kind) {
+			t.Run(kind+"/"+c.Name, func(t *testing.T) {
+				t.Parallel()
+				ct := cache.get(t, c.Family)
+				// The normalised conversation matches the one the golden was rendered from.
+				ref, err := jinja.ParseJSON(c.VLLM)
+				if err != nil {
+					t.Fatal(err)
+				}
+				refD := ref.(*jinja.Dict)
+				body, err := jinja.ParseJSON([]byte(c.Body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req := body.(*jinja.Dict)
+				if kind == "anthropic" {
+					if req, err = anthropicToOpenAI(req); err != nil {
+						t.Fatal(err)
+					}
+				}
+				in, err := ct.openAIInput(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantMsgs, _ := refD.Get("messages")
+				if got, w := mustJSON(t, in.Messages), mustJSON(t, wantMsgs); got != w {
+					t.Errorf("messages\n got %s\nwant %s", got, w)
+				}
+				wantTools, _ := refD.Get("tools")
+				if got, w := mustJSON(t, in.Tools), mustJSON(t, wantTools); got != w {
+					t.Errorf("tools\n got %s\nwant %s", got, w)
+				}
+				render := ct.RenderOpenAI
+				if kind == "anthropic" {
+					render = ct.RenderAnthropic
+				}
+				got, err := render([]byte(c.Body))
+				w := want[kind+"/"+c.Name]
+				if strings.HasPrefix(w, "RENDER ERROR") {
+					if err == nil {
+						t.Fatalf("rendered %q, want error %s", got, w)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != w {
+					t.Fatalf("mismatch\n%s", firstDiff(got, w))
+				}
+			})
+		}
+	}
+}
+
+func TestRenderOpenAIErrors(t *testing.T) {
+	t.Parallel()
+	ct, err := LoadChatTemplate(filepath.Join("testdata", "models", "qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		body string
+		want error
+	}{
+		{"not json", `{"messages": [`, ErrBadRequest},
+		{"not an object", `[1]`, ErrBadRequest},
+		{"no messages", `{}`, ErrBadRequest},
+		{"empty messages", `{"messages": []}`, ErrBadRequest},
+		{"message not object", `{"messages": ["hi"]}`, ErrBadRequest},
+		{"role not string", `{"messages": [{"role": 1, "content": "x"}]}`, ErrBadRequest},
+		{"content number", `{"messages": [{"role": "user", "content": 5}]}`, ErrBadRequest},
+		{"image part", `{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}`, ErrUnsupported},
+		{"request template", `{"messages": [{"role": "user", "content": "x"}], "chat_template": "{{ 1 }}"}`, ErrUnsupported},
+		{"tools not list", `{"messages": [{"role": "user", "content": "x"}], "tools": {}}`, ErrBadRequest},
+		{"tool without name", `{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {}}]}`, ErrBadRequest},
+		{"tool wrong type", `{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "retrieval", "function": {"name": "f"}}]}`, ErrBadRequest},
+		{"kwargs not object", `{"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": 3}`, ErrBadRequest},
+		{"kwargs sets template", `{"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"chat_template": "x"}}`, ErrBadRequest},
+		{"generation prompt not bool", `{"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": "yes"}`, ErrBadRequest},
+		{"continue and generation prompt", `{"messages": [{"role": "user", "content": "x"}], "continue_final_message": true}`, ErrBadRequest},
+		{"deep nesting", `{"messages": ` + strings.Repeat("[", 600) + strings.Repeat("]", 600) + `}`, ErrBadRequest},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := ct.RenderOpenAI([]byte(tc.body))
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRenderAnthropicErrors(t *testing.T) {
+	t.Parallel()
+	ct, err := LoadChatTemplate(filepath.Join("testdata", "models", "qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		body string
+		want error
+	}{
+		{"not json", `{`, ErrBadRequest},
+		{"system number", `{"system": 3, "messages": [{"role": "user", "content": "x"}]}`, ErrBadRequest},
+		{"content number", `{"messages": [{"role": "user", "content": 3}]}`, ErrBadRequest},
+		{"image block", `{"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}`, ErrUnsupported},
+		{"tool_use without id", `{"messages": [{"role": "assistant", "content": [{"type": "tool_use", "name": "f", "input": {}}]}]}`, ErrUnsupported},
+		{"tools not list", `{"messages": [{"role": "user", "content": "x"}], "tools": 1}`, ErrBadRequest},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if _, err := ct.RenderAnthropic([]byte(tc.body)); !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestRenderOpenAIConcurrent renders with one ChatTemplate from many
+// goroutines (run with -race): renders share the compiled template, the
+// special tokens and default kwargs, and must not disturb each other.
+func TestRenderOpenAIConcurrent(t *testing.T) {
+	t.Parallel()
+	ct, err := LoadChatTemplate(filepath.Join("testdata", "models", "gpt-oss"), WithClock(goldenNow),
+		WithDefaultKwargs([]byte(`{"reasoning_effort": "low"}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := loadRequestCases(t, "openai")
+	want := make([]string, len(cases))
+	for i, c := range cases {
+		want[i], _ = ct.RenderOpenAI([]byte(c.Body))
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for k := range 20 {
+				i := (g + k) % len(cases)
+				got, _ := ct.RenderOpenAI([]byte(cases[i].Body))
+				if got != want[i] {
+					t.Errorf("%s: concurrent render differs", cases[i].Name)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,121 @@
+package jinja
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+type diffCase struct {
+	Name     string          `json:"name"`
+	Template string          `json:"template"`
+	Vars     json.RawMessage `json:"vars"`
+	Want     *string         `json:"want"`
+	Error    string          `json:"error"`
+}
+
+// TestReferenceCases renders every snippet that gen_cases.py rendered with
+// transformers' jinja2 environment and expects the same text, or an error
+// where the reference raised.
+func TestReferenceCases(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join("testdata", "cases.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []diffCase
+	if err := json.Unmarshal(raw, &cases); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
+			vars, err := ParseJSON(c.Vars)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, err := ToJSON(vars)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl, err := Compile(c.Template)
+			var got string
+			if err == nil {
+				got, err = tmpl.Render(vars.(*Dict), RenderOptions{})
+			}
+			if after, _ := ToJSON(vars); after != before {
+				t.Errorf("rendering modified its input:\n%s\n%s", before, after)
+			}
+			if c.Want == nil {
+				if err == nil {
+					t.Fatalf("rendered %q, want a %s", got, c.Error)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("error %v, want %q", err, *c.Want)
+			}
+			if got != *c.Want {
+				t.Fatalf("\n got %q\nwant %q", got, *c.Want)
+			}
+		})
+	}
+}
+
+func TestRaiseExceptionWrapsErrRaised(t *testing.T) {
+	t.Parallel()
+	tmpl, err := Compile(`{{ raise_exception("no " ~ x) }}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := NewDict(1)
+	vars.Set("x", "way")
+	_, err = tmpl.Render(vars, RenderOptions{})
+	if !errors.Is(err, ErrRaised) || err.Error() != "template raised an exception: no way" {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestStrftimeNowUsesClock(t *testing.T) {
+	t.Parallel()
+	tmpl, err := Compile(`{{ strftime_now("%Y-%m-%d %d %b %Y %H:%M:%S %A %B %j %p %I %y %%") }}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := func() time.Time { return time.Date(2026, 3, 4, 15, 9, 26, 0, time.UTC) }
+	got, err := tmpl.Render(NewDict(0), RenderOptions{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "2026-03-04 04 Mar 2026 15:09:26 Wednesday March 063 PM 03 26 %"
+	if got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, src string
+	}{
+		{"deep recursion", `{% macro r() %}{{ r() }}{% endmacro %}{{ r() }}`},
+		{"huge repeat", `{{ "x" * 1000000000 }}`},
+		{"huge range", `{{ range(1000000000) | length }}`},
+		{"huge power", `{{ 2 ** 100000000 }}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tmpl, err := Compile(tc.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tmpl.Render(NewDict(0), RenderOptions{}); err == nil {
+				t.Fatal("want an error")
+			}
+		})
+	}
+}
