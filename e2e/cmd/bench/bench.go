@@ -47,10 +47,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	envoyBin, err := harness.FindEnvoy(root)
-	if err != nil {
-		return err
-	}
 	policies := splitList(*pols)
 	for _, p := range policies {
 		if !slices.Contains(allPolicies, p) {
@@ -65,6 +61,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("unknown scenario %q", name)
 		}
 		chosen = append(chosen, all[i])
+	}
+	envoyBin, err := harness.FindEnvoy(root)
+	if err != nil {
+		return err
 	}
 	var md bytes.Buffer
 	writeHeader(&md, chosen)

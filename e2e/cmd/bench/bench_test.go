@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/warmpath/warmpath/e2e/replay"
+)
+
+func TestWriteSkewedTrace(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl")
+	for _, p := range []string{a, b} {
+		if err := writeSkewedTrace(p, 500, 2, 0.8, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ba, _ := os.ReadFile(a)
+	bb, _ := os.ReadFile(b)
+	if string(ba) != string(bb) {
+		t.Fatal("same seed wrote different traces")
+	}
+	recs, err := replay.ParseMooncake(mustOpen(t, a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hot := 0
+	last := -1
+	for _, r := range recs {
+		if len(r.HashIDs) == 17 && slices.Equal(r.HashIDs[:16], []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}) {
+			hot++
+		}
+		if r.InputTokens != 512*len(r.HashIDs) {
+			t.Fatalf("input length %d for %d ids", r.InputTokens, len(r.HashIDs))
+		}
+		if ms := int(r.Arrival / time.Millisecond); ms < last {
+			t.Fatalf("timestamps go backwards: %d after %d", ms, last)
+		} else {
+			last = ms
+		}
+	}
+	if len(recs) != 500 || hot < 350 || hot > 450 {
+		t.Fatalf("%d records, %d hot; want 500 and about 400", len(recs), hot)
+	}
+}
+
+func mustOpen(t *testing.T, p string) *bufio.Reader {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return bufio.NewReader(f)
+}
+
+func TestSendLag(t *testing.T) {
+	t.Parallel()
+	run := replay.RunReport{}
+	for i := range 10 {
+		run.Requests = append(run.Requests, replay.Result{Scheduled: time.Second, Sent: time.Second + time.Duration(i)*time.Millisecond})
+	}
+	tests := []struct {
+		name string
+		q    float64
+		want float64
+	}{
+		{"median", 0.5, 0.005},
+		{"p90", 0.9, 0.009},
+		{"max", 1, 0.009},
+	}
+	for _, tc := range tests {
+		if got := sendLag(run, tc.q); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestScenariosAreValid(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for _, sc := range scenarios("/nonexistent") {
+		if seen[sc.name] {
+			t.Errorf("scenario %s listed twice", sc.name)
+		}
+		seen[sc.name] = true
+		rc := sc.replay
+		rc.Label, rc.BaseURL = "x", "http://127.0.0.1:1"
+		rc.SetDefaults()
+		if sc.prepare == nil && rc.Workload.Kind != replay.WorkloadMooncake {
+			if err := rc.Validate(); err != nil {
+				t.Errorf("scenario %s: %v", sc.name, err)
+			}
+		}
+		if len(sc.workers) == 0 || !(sc.timeScale > 0) {
+			t.Errorf("scenario %s: no workers or no time scale", sc.name)
+		}
+	}
+	if !seen["demo"] || !seen["seed-shaped"] {
+		t.Error("demo or seed-shaped scenario missing")
+	}
+}
+
+func TestRunRejectsUnknownNames(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"unknown scenario", []string{"-scenarios", "nope"}},
+		{"unknown policy", []string{"-policies", "fastest"}},
+		{"bad flag", []string{"-frobnicate"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errOut nopWriter
+			if err := run(t.Context(), tc.args, &out, &errOut); err == nil {
+				t.Fatal("no error")
+			}
+		})
+	}
+}
+
+type nopWriter struct{}
+
+func (*nopWriter) Write(p []byte) (int, error) { return len(p), nil }
