@@ -214,7 +214,7 @@ func plots(dir string, results []harness.PolicyResult, md io.Writer, rel string)
 	if strings.HasSuffix(rel, "/sweep") {
 		name = replay.PlotGoodput
 	}
-	fmt.Fprintf(md, "\n![%s](%s)\n", rel+" "+name, "bench/"+strings.ReplaceAll(rel, "/", "-")+"-"+name+".svg")
+	fmt.Fprintf(md, "\n![%s](%s)\n", rel+" "+name, "e2e/cmd/bench/results/"+strings.ReplaceAll(rel, "/", "-")+"-"+name+".svg")
 	return nil
 }
 
