@@ -320,11 +320,17 @@ func writeTable(w io.Writer, results []harness.PolicyResult, slo replay.SLO) {
 		if base != nil && base.TTFT.P50 > 0 {
 			vs = fmt.Sprintf("%.2f×", s.TTFT.P50/base.TTFT.P50)
 		}
+		name := r.Policy
+		if lag := sendLag(r.Report.Runs[0], 0.9); lag > 1 || r.StepLag > 100*time.Millisecond {
+			name += " †"
+		}
 		fmt.Fprintf(w, "| %s | %d | %d | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.1f%% | %s | %v | %s | %.0f ms |\n",
-			r.Policy, s.Requests, s.Failed, secs(s.TTFT.P50), secs(s.TTFT.P90), secs(s.TTFT.P99), secs(s.E2E.P50), secs(s.E2E.P90),
+			name, s.Requests, s.Failed, secs(s.TTFT.P50), secs(s.TTFT.P90), secs(s.TTFT.P99), secs(s.E2E.P50), secs(s.E2E.P90),
 			secs(s.ITL.P50), s.RequestsPerMinute, s.Goodput*60, s.CacheHitRate*100, vs, r.Leaked,
 			secs(sendLag(r.Report.Runs[0], 0.9)), r.StepLag.Seconds()*1000)
 	}
+	fmt.Fprintln(w, "\n† the harness fell behind in this run (client send lag p90 over 1 s or mean engine step lag over 100 ms, simulated): "+
+		"the machine could not keep the simulators on schedule, so this row is pessimistic for that policy.")
 	fmt.Fprintln(w)
 }
 

@@ -99,7 +99,7 @@ func scenarios(repoRoot string) []*scenario {
 			timeScale: 10,
 			replay: replay.Config{Seed: 42, Workload: seedShaped, SLO: mustSLO("ttft:p90<=8s"),
 				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 0.45}},
-			sweep:         &replay.LoadConfig{Kind: replay.LoadSweep, Arrivals: replay.LoadPoisson, Rates: []float64{0.2, 0.4, 0.7, 1.0}},
+			sweep:         &replay.LoadConfig{Kind: replay.LoadSweep, Arrivals: replay.LoadPoisson, Rates: []float64{0.2, 0.4, 0.7, 1.0, 1.5, 2.0}},
 			sweepPolicies: []string{"warmpath", "random"},
 		},
 		{
@@ -108,11 +108,11 @@ func scenarios(repoRoot string) []*scenario {
 			about: "llm-d's inference-perf `shared_prefix` benchmark uses 150 groups × 5 prompts behind 6,000-token system " +
 				"prompts (1,200-token questions, 1,000-token answers) on 8–16 GPUs. Scaled down to fit this machine: 40 groups × " +
 				"6 prompts, 256-token answers, on 4 `h100-tp2-32b` workers whose caches are cut to 6,000 blocks (96K tokens) so " +
-				"that, as in the original, the prefix set (240K tokens) exceeds one worker's cache. Poisson at 4 requests/s.",
+				"that, as in the original, the prefix set (240K tokens) exceeds one worker's cache. Poisson at 3 requests/s.",
 			workers:   workers(4, "h100-tp2-32b", func(e *vllmsim.EngineConfig) { e.NumGPUBlocks = 6000 }),
-			timeScale: 10,
+			timeScale: 5,
 			replay: replay.Config{Seed: 7, Workload: llmd, SLO: mustSLO("ttft:p90<=2s"),
-				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 4}},
+				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 3}},
 		},
 		{
 			name:  "skewed-hot-prefix",
