@@ -235,12 +235,19 @@ func (s *Stack) startWarmpath(ctx, sctx context.Context, cfg app.Config, policy 
 	if err != nil {
 		return fmt.Errorf("warmpath log: %w", err)
 	}
+	outf, err := os.Create(filepath.Join(s.Dir, "warmpath-stdout.log"))
+	if err != nil {
+		logf.Close()
+		return fmt.Errorf("warmpath log: %w", err)
+	}
 	pr, pw := io.Pipe()
 	ready := make(chan string, 1)
-	go func() {
+	// The stdout reader ends when warmpath's goroutine closes pw.
+	s.goRun("warmpath stdout", func() error {
+		defer outf.Close()
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
-			fmt.Fprintln(logf, sc.Text())
+			fmt.Fprintln(outf, sc.Text())
 			if strings.HasPrefix(sc.Text(), "warmpath ready ") {
 				select {
 				case ready <- sc.Text():
@@ -248,7 +255,8 @@ func (s *Stack) startWarmpath(ctx, sctx context.Context, cfg app.Config, policy 
 				}
 			}
 		}
-	}()
+		return nil
+	})
 	exited := make(chan error, 1)
 	var sims []Sim
 	sims = append(sims, s.Sims...)
