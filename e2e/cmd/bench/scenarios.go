@@ -147,7 +147,7 @@ func scenarios(repoRoot string) []*scenario {
 				"e2e/replay/testdata), replayed at the recorded pace; hash ids expand to 512-token blocks; prompts cut at " +
 				"30,000 tokens and outputs at 256. Many requests share their first blocks.",
 			workers:   workers(4, "h100-tp2-32b", nil),
-			timeScale: 10,
+			timeScale: 2,
 			replay: replay.Config{Seed: 1, Workload: mooncake, SLO: mustSLO("ttft:p90<=8s"),
 				Load: replay.LoadConfig{Kind: replay.LoadTrace, TimeScale: 1}},
 		},
