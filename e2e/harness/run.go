@@ -61,13 +61,11 @@ func RunPolicies(ctx context.Context, setup Setup, policies []Policy, rc replay.
 		opt.DrainTimeout = 15 * time.Second
 	}
 	var out []PolicyResult
-	for i, p := range policies {
-		if i > 0 {
-			// Let the previous stack's garbage go before the next run, so its
-			// collection does not stall the next run's simulators.
-			runtime.GC()
-			debug.FreeOSMemory()
-		}
+	for _, p := range policies {
+		// Let earlier stacks' garbage go before the run, so its collection
+		// does not stall this run's simulators.
+		runtime.GC()
+		debug.FreeOSMemory()
 		res, err := RunPolicy(ctx, setup, p, rc, filepath.Join(logDir, p.Name), opt)
 		if res != nil {
 			out = append(out, *res)
