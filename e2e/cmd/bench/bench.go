@@ -263,8 +263,8 @@ func writeHeader(w io.Writer, chosen []*scenario) {
 		"and warmpath in the benchmark process, Envoy as a separate process.\n\n", cpuModel(), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
 	fmt.Fprintf(w, "All times are **simulated seconds**: the simulators run faster than real time (the time scale of each "+
 		"scenario), the replayer measures wall time, and the reports are multiplied back by the time scale. Envoy, "+
-		"ext_proc and HTTP overheads (about 1–3 ms of wall time per request on this machine) are multiplied too, so short "+
-		"TTFTs carry a few tens of simulated milliseconds of harness overhead.\n")
+		"ext_proc and HTTP overheads (about 4–10 ms of wall time per request on this machine) are multiplied too, so short "+
+		"TTFTs carry tens of simulated milliseconds of harness overhead.\n")
 	var names []string
 	for _, s := range chosen {
 		names = append(names, s.name)
