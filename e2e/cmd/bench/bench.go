@@ -311,6 +311,7 @@ func writeTable(w io.Writer, results []harness.PolicyResult, slo replay.SLO) {
 	}
 	fmt.Fprintf(w, "| policy | requests | failed | TTFT p50 | TTFT p90 | TTFT p99 | E2E p50 | E2E p90 | ITL p50 | req/min | goodput/min (`%s`) | cache hit | TTFT p50 vs random | leaked | send lag p90 | step lag |\n", slo)
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	behind := false
 	for _, r := range results {
 		if len(r.Report.Runs) == 0 {
 			continue
@@ -323,11 +324,16 @@ func writeTable(w io.Writer, results []harness.PolicyResult, slo replay.SLO) {
 		name := r.Policy
 		if lag := sendLag(r.Report.Runs[0], 0.9); lag > 1 || r.StepLag > 100*time.Millisecond {
 			name += " †"
+			behind = true
 		}
 		fmt.Fprintf(w, "| %s | %d | %d | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.1f%% | %s | %v | %s | %.0f ms |\n",
 			name, s.Requests, s.Failed, secs(s.TTFT.P50), secs(s.TTFT.P90), secs(s.TTFT.P99), secs(s.E2E.P50), secs(s.E2E.P90),
 			secs(s.ITL.P50), s.RequestsPerMinute, s.Goodput*60, s.CacheHitRate*100, vs, r.Leaked,
 			secs(sendLag(r.Report.Runs[0], 0.9)), r.StepLag.Seconds()*1000)
+	}
+	if !behind {
+		fmt.Fprintln(w)
+		return
 	}
 	fmt.Fprintln(w, "\n† the harness fell behind in this run (client send lag p90 over 1 s or mean engine step lag over 100 ms, simulated): "+
 		"the machine could not keep the simulators on schedule, so this row is pessimistic for that policy.")
