@@ -24,10 +24,10 @@ var ErrUnsupported = errors.New("unsupported tokenizer feature")
 // multiple goroutines. The zero value is not usable.
 type Tokenizer struct {
 	added      []addedToken
-	addedByID  map[uint32]int   // id -> index into added
+	addedByID  map[uint32]int    // id -> index into added
 	addedByStr map[string]uint32 // content -> id
-	plain      *addedMatcher    // added tokens matched before normalization
-	normed     *addedMatcher    // added tokens matched after normalization
+	plain      *addedMatcher     // added tokens matched before normalization
+	normed     *addedMatcher     // added tokens matched after normalization
 	norm       []normOp
 	steps      []splitStep
 	model      *bpeModel
