@@ -146,6 +146,11 @@ func FromJSON(data []byte) (*Tokenizer, error) {
 			t.splitSafe = false
 		}
 	}
+	for _, a := range t.added {
+		if a.SingleWord || a.LStrip || a.RStrip {
+			t.splitSafe = false // they look at the text around a match
+		}
+	}
 	t.pool.New = func() any { return &encoder{} }
 	return t, nil
 }

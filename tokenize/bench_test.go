@@ -1,0 +1,127 @@
+package tokenize
+
+import (
+	"encoding/json"
+	"flag"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"testing"
+	"time"
+)
+
+var rustPython = flag.String("tokenize.rust", "", "python with PyPI tokenizers: TestCompareRust times the Rust library on the corpus and prints Go's speed ratio")
+
+// BenchmarkEncodeCorpus tokenizes the 1 MB corpus with each family.
+// Run single core: go test ./tokenize -run '^$' -bench EncodeCorpus -cpu 1 -count 5
+func BenchmarkEncodeCorpus(b *testing.B) {
+	corpus := goldenInputs(b)["corpus_1mb"]
+	for _, fam := range families {
+		b.Run(fam, func(b *testing.B) {
+			tk := loadFamily(b, fam)
+			n := len(tk.Encode(corpus, false))
+			b.SetBytes(int64(len(corpus)))
+			b.ResetTimer()
+			for b.Loop() {
+				tk.Encode(corpus, false)
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}
+
+// BenchmarkLoad parses a tokenizer.json (uncompressed, already in memory).
+func BenchmarkLoad(b *testing.B) {
+	for _, fam := range []string{"qwen3", "llama3", "gpt-oss"} {
+		b.Run(fam, func(b *testing.B) {
+			data, err := readTokenizerFile(filepath.Join("testdata", "models", fam))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				if _, err := FromJSON(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestCompareRust runs the Rust library (through Python) and this package on
+// the same corpus, one core each, and logs the ratio of their speeds. It is
+// a measurement, not a check: it runs only with -tokenize.rust=PYTHON, e.g.
+//
+//	go test ./tokenize -run CompareRust -v -tokenize.rust=/work/venvs/tok-bpe/bin/python
+func TestCompareRust(t *testing.T) {
+	if *rustPython == "" {
+		t.Skip("set -tokenize.rust=PYTHON to compare with the Rust library")
+	}
+	corpus := goldenInputs(t)["corpus_1mb"]
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	for _, fam := range families {
+		dir := filepath.Join("testdata", "models", fam)
+		out, err := exec.CommandContext(t.Context(), *rustPython, filepath.Join("testdata", "bench_rust.py"),
+			filepath.Join(dir, "tokenizer.json.gz"), filepath.Join("testdata", "corpus_1mb.txt.gz"), "3").Output()
+		if err != nil {
+			t.Fatalf("%s: bench_rust.py: %v", fam, err)
+		}
+		var rust struct {
+			Tokens int     `json:"tokens"`
+			ColdS  float64 `json:"cold_s"`
+			WarmS  float64 `json:"warm_s"`
+			LoadS  float64 `json:"load_s"`
+		}
+		if err := json.Unmarshal(out, &rust); err != nil {
+			t.Fatalf("%s: %v: %s", fam, err, out)
+		}
+		data, err := readTokenizerFile(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loadS, heap := measureLoad(t, data)
+		tk, _ := FromJSON(data)
+		best := time.Duration(1 << 62)
+		n := 0
+		for range 5 {
+			start := time.Now()
+			n = len(tk.Encode(corpus, false))
+			best = min(best, time.Since(start))
+		}
+		if n != rust.Tokens {
+			t.Errorf("%s: %d tokens, Rust %d", fam, n, rust.Tokens)
+		}
+		goTPS := float64(n) / best.Seconds()
+		t.Logf("%-11s tokens=%d go=%.2fM tok/s rust cold=%.2fM warm=%.2fM tok/s  ratio cold=%.1fx warm=%.1fx | load go=%.3fs rust=%.3fs heap=%.0f MiB",
+			fam, n, goTPS/1e6, float64(rust.Tokens)/rust.ColdS/1e6, float64(rust.Tokens)/rust.WarmS/1e6,
+			goTPS*rust.ColdS/float64(rust.Tokens), goTPS*rust.WarmS/float64(rust.Tokens), loadS, rust.LoadS, heap/(1<<20))
+	}
+}
+
+// measureLoad returns the best of three FromJSON times and the heap the
+// loaded tokenizer retains.
+func measureLoad(t *testing.T, data []byte) (float64, float64) {
+	best := time.Duration(1 << 62)
+	var keep *Tokenizer
+	var before, after runtime.MemStats
+	for range 3 {
+		keep = nil
+		runtime.GC()
+		debug.FreeOSMemory()
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		tk, err := FromJSON(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		best = min(best, time.Since(start))
+		keep = tk
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(keep)
+	return best.Seconds(), float64(after.HeapAlloc) - float64(before.HeapAlloc)
+}
+

@@ -1,0 +1,245 @@
+package tokenize
+
+import (
+	"container/list"
+	"hash/maphash"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// A PrefixCache tokenizes texts that extend recently seen texts by
+// re-tokenizing only the new tail, as multi-turn conversations do: turn N+1
+// repeats the rendered prompt of turn N and appends to it.
+//
+// It splits a text only where the result stays exact: at the start of a
+// pre-token at least a safety margin before the end of the cached text,
+// between two ASCII characters of different kinds (letter, digit, space,
+// punctuation), so no pre-tokenizer pattern, added token or normalization
+// can reach across the split. For tokenizers where no such split is exact
+// (SentencePiece-style files without a pre-tokenizer, or a normalizer other
+// than NFC) it only reuses exact repeats.
+//
+// A PrefixCache is safe for concurrent use. It holds at most about maxBytes
+// of texts, ids and split points, evicting the least recently used entries.
+type PrefixCache struct {
+	t        *Tokenizer
+	maxBytes int
+	margin   int
+	seed     maphash.Seed
+
+	mu      sync.Mutex
+	byKey   map[uint64][]*prefixEntry
+	lru     list.List // of *prefixEntry, most recent at the front
+	used    int
+	hits    uint64
+	misses  uint64
+	tailLen uint64
+}
+
+type prefixEntry struct {
+	key   uint64
+	text  string
+	ids   []uint32 // without post-processor tokens
+	marks []mark   // safe split points, ascending
+	elem  *list.Element
+	size  int
+}
+
+// prefixKeyLen is how many leading bytes index an entry. Shorter texts are
+// tokenized directly.
+const prefixKeyLen = 64
+
+// markSpacing is the least distance in bytes between two kept split points.
+const markSpacing = 96
+
+// NewPrefixCache returns a cache over t holding about maxBytes.
+func NewPrefixCache(t *Tokenizer, maxBytes int) *PrefixCache {
+	margin := 64
+	for _, a := range t.added {
+		margin = max(margin, len(a.Content)+8)
+	}
+	return &PrefixCache{
+		t:        t,
+		maxBytes: maxBytes,
+		margin:   margin,
+		seed:     maphash.MakeSeed(),
+		byKey:    make(map[uint64][]*prefixEntry),
+	}
+}
+
+// PrefixCacheStats are counters of a PrefixCache.
+type PrefixCacheStats struct {
+	Hits, Misses uint64 // texts that did or did not extend a cached text
+	TailBytes    uint64 // bytes re-tokenized on hits
+	Entries      int
+	Bytes        int
+}
+
+// Stats returns the cache's counters.
+func (c *PrefixCache) Stats() PrefixCacheStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return PrefixCacheStats{c.hits, c.misses, c.tailLen, c.lru.Len(), c.used}
+}
+
+// Encode returns the same ids as the Tokenizer's Encode. The returned slice
+// belongs to the caller.
+func (c *PrefixCache) Encode(text string, addSpecialTokens bool) []uint32 {
+	t := c.t
+	if len(text) < prefixKeyLen {
+		return t.Encode(text, addSpecialTokens)
+	}
+	key := maphash.String(c.seed, text[:prefixKeyLen])
+	base := c.lookup(key, text)
+	var ids []uint32
+	var marks []mark
+	switch {
+	case base != nil && len(base.text) == len(text):
+		ids, marks = base.ids, base.marks
+	case base != nil && t.splitSafe:
+		i := sort.Search(len(base.marks), func(i int) bool { return base.marks[i].off > len(base.text)-c.margin }) - 1
+		if i < 0 {
+			ids, marks = c.encodeFull(text)
+			break
+		}
+		m := base.marks[i]
+		var tailMarks []mark
+		tail := t.encode(text[m.off:], false, nil, &tailMarks)
+		ids = make([]uint32, 0, m.nids+len(tail))
+		ids = append(append(ids, base.ids[:m.nids]...), tail...)
+		marks = append(make([]mark, 0, i+1+len(tailMarks)/4), base.marks[:i+1]...)
+		marks = c.keepSafe(text, marks, tailMarks, m.off, m.nids)
+		c.mu.Lock()
+		c.tailLen += uint64(len(text) - m.off)
+		c.mu.Unlock()
+	default:
+		ids, marks = c.encodeFull(text)
+	}
+	if base == nil || len(base.text) != len(text) {
+		c.store(key, text, ids, marks)
+	}
+	out := make([]uint32, 0, len(t.prefixIDs)+len(ids)+len(t.suffixIDs))
+	if addSpecialTokens {
+		out = append(out, t.prefixIDs...)
+	}
+	out = append(out, ids...)
+	if addSpecialTokens {
+		out = append(out, t.suffixIDs...)
+	}
+	return out
+}
+
+func (c *PrefixCache) encodeFull(text string) ([]uint32, []mark) {
+	if !c.t.splitSafe {
+		return c.t.encode(text, false, nil, nil), nil
+	}
+	var all []mark
+	ids := c.t.encode(text, false, nil, &all)
+	return ids, c.keepSafe(text, nil, all, 0, 0)
+}
+
+// keepSafe appends to dst the marks of src (relative to off, with nids ids
+// before them) that are safe split points of text, at least markSpacing
+// apart.
+func (c *PrefixCache) keepSafe(text string, dst, src []mark, off, nids int) []mark {
+	last := -markSpacing
+	if len(dst) > 0 {
+		last = dst[len(dst)-1].off
+	}
+	for _, m := range src {
+		o := m.off + off
+		if o-last < markSpacing || !safeSplit(text, o) {
+			continue
+		}
+		dst = append(dst, mark{o, m.nids + nids})
+		last = o
+	}
+	return dst
+}
+
+// asciiKind is 1 for letters, 2 for digits, 3 for whitespace and 4 for the
+// rest of ASCII.
+func asciiKind(b byte) int {
+	switch {
+	case isASCIIAlpha(b):
+		return 1
+	case b >= '0' && b <= '9':
+		return 2
+	case b == ' ' || b >= '\t' && b <= '\r':
+		return 3
+	}
+	return 4
+}
+
+// safeSplit reports whether tokenizing text[:off] and text[off:] apart
+// gives the ids of text, given that off starts a pre-token.
+func safeSplit(text string, off int) bool {
+	if off <= 0 || off >= len(text) {
+		return false
+	}
+	a, b := text[off-1], text[off]
+	if a >= 0x80 || b >= 0x80 || a == '\'' {
+		return false
+	}
+	ka := asciiKind(a)
+	return ka != 3 && ka != asciiKind(b)
+}
+
+// lookup returns the longest cached text that text starts with.
+func (c *PrefixCache) lookup(key uint64, text string) *prefixEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var best *prefixEntry
+	for _, e := range c.byKey[key] {
+		if len(e.text) <= len(text) && (best == nil || len(e.text) > len(best.text)) && strings.HasPrefix(text, e.text) {
+			best = e
+		}
+	}
+	if best == nil {
+		c.misses++
+		return nil
+	}
+	c.hits++
+	c.lru.MoveToFront(best.elem)
+	return best
+}
+
+func (c *PrefixCache) store(key uint64, text string, ids []uint32, marks []mark) {
+	size := len(text) + 4*len(ids) + 16*len(marks) + 128
+	if size > c.maxBytes {
+		return
+	}
+	e := &prefixEntry{key: key, text: text, ids: ids, marks: marks, size: size}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, old := range c.byKey[key] {
+		if old.text == text {
+			c.lru.MoveToFront(old.elem)
+			return
+		}
+	}
+	e.elem = c.lru.PushFront(e)
+	c.byKey[key] = append(c.byKey[key], e)
+	c.used += size
+	for c.used > c.maxBytes {
+		c.evict(c.lru.Back().Value.(*prefixEntry))
+	}
+}
+
+func (c *PrefixCache) evict(e *prefixEntry) {
+	c.lru.Remove(e.elem)
+	c.used -= e.size
+	list := c.byKey[e.key]
+	for i, x := range list {
+		if x == e {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(c.byKey, e.key)
+	} else {
+		c.byKey[e.key] = list
+	}
+}
