@@ -3,6 +3,7 @@ package tokenize
 import (
 	"container/list"
 	"hash/maphash"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -44,6 +45,7 @@ type prefixEntry struct {
 	marks []mark   // safe split points, ascending
 	elem  *list.Element
 	size  int
+	hash  uint64 // maphash of text
 }
 
 // prefixKeyLen is how many leading bytes index an entry. Shorter texts are
@@ -186,22 +188,41 @@ func safeSplit(text string, off int) bool {
 	return ka != 3 && ka != asciiKind(b)
 }
 
-// lookup returns the longest cached text that text starts with.
+// lookup returns the longest cached text that text starts with. Candidates
+// are compared by a hash of text's prefix of their length, computed in one
+// streaming pass, so many long cached siblings cost one pass over text.
 func (c *PrefixCache) lookup(key uint64, text string) *prefixEntry {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	var best *prefixEntry
+	var cands []*prefixEntry
 	for _, e := range c.byKey[key] {
-		if len(e.text) <= len(text) && (best == nil || len(e.text) > len(best.text)) && strings.HasPrefix(text, e.text) {
+		if len(e.text) <= len(text) {
+			cands = append(cands, e)
+		}
+	}
+	c.mu.Unlock()
+	slices.SortFunc(cands, func(a, b *prefixEntry) int { return len(a.text) - len(b.text) })
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	pos := 0
+	var best *prefixEntry
+	for _, e := range cands {
+		h.WriteString(text[pos:len(e.text)])
+		pos = len(e.text)
+		if h.Sum64() == e.hash {
 			best = e
 		}
 	}
+	if best != nil && !strings.HasPrefix(text, best.text) {
+		best = nil // a hash collision
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if best == nil {
 		c.misses++
 		return nil
 	}
 	c.hits++
-	c.lru.MoveToFront(best.elem)
+	c.lru.MoveToFront(best.elem) // a no-op if evicted meanwhile
 	return best
 }
 
@@ -210,11 +231,11 @@ func (c *PrefixCache) store(key uint64, text string, ids []uint32, marks []mark)
 	if size > c.maxBytes {
 		return
 	}
-	e := &prefixEntry{key: key, text: text, ids: ids, marks: marks, size: size}
+	e := &prefixEntry{key: key, text: text, ids: ids, marks: marks, size: size, hash: maphash.String(c.seed, text)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, old := range c.byKey[key] {
-		if old.text == text {
+		if old.hash == e.hash && old.text == text {
 			c.lru.MoveToFront(old.elem)
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // conversation builds a long text of golden inputs, as turns of a chat.
@@ -124,21 +125,42 @@ func BenchmarkPrefixCacheSecondTurn(b *testing.B) {
 					corpus[i*7000:i*7000+3000], corpus[i*7000+3000:i*7000+6000])
 			}
 			first := sb.String()
-			c := NewPrefixCache(tk, 256<<20)
-			c.Encode(first, false)
-			turns := make([]string, 64)
+			turns := make([]string, 128)
 			for i := range turns {
 				turns[i] = first + fmt.Sprintf("<|im_start|>user\nAnd what about question %d? Please explain the details.<|im_end|>\n<|im_start|>assistant\n", i)
 			}
+			fresh := func() *PrefixCache {
+				c := NewPrefixCache(tk, 256<<20)
+				c.Encode(first, false)
+				return c
+			}
+			c := fresh()
 			if got, want := c.Encode(turns[0], false), tk.Encode(turns[0], false); !slices.Equal(got, want) {
 				b.Fatal("cache result differs")
 			}
-			b.ResetTimer()
+			c = fresh()
+			var cpu time.Duration
 			i := 0
+			b.ResetTimer()
+			c0 := cpuNow()
 			for b.Loop() {
-				c.Encode(turns[i%len(turns)]+string(rune('a'+i%26)), false)
+				if i == len(turns) {
+					// every turn is cached now: start again from the first turn only
+					b.StopTimer()
+					cpu += cpuNow() - c0
+					c, i = fresh(), 0
+					c0 = cpuNow()
+					b.StartTimer()
+				}
+				c.Encode(turns[i], false)
 				i++
 			}
+			cpu += cpuNow() - c0
+			b.StopTimer()
+			b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+			st := c.Stats()
+			b.ReportMetric(float64(st.TailBytes)/float64(st.Hits), "tailbytes/hit")
+			b.ReportMetric(float64(st.Misses), "misses")
 		})
 	}
 }

@@ -4,7 +4,8 @@ thread. Used by TestCompareRust (bench_test.go) so both run in one go.
 
 Usage: bench_rust.py TOKENIZER_JSON[.gz] CORPUS[.gz] RUNS
 Prints one JSON object: tokens, bytes, cold_s (fresh tokenizer, empty word
-cache; best of RUNS), warm_s (same tokenizer again; best of RUNS), load_s.
+cache; best of RUNS), warm_s (same tokenizer again; best of RUNS), load_s;
+all in process CPU seconds, as the machine may be shared.
 """
 import gzip, json, os, sys, time
 
@@ -24,15 +25,15 @@ def main():
     cold, warm, load = [], [], []
     n = 0
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         tk = tokenizers.Tokenizer.from_str(tj)
-        load.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
+        load.append(time.process_time() - t0)
+        t0 = time.process_time()
         n = len(tk.encode(corpus, add_special_tokens=False).ids)
-        cold.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
+        cold.append(time.process_time() - t0)
+        t0 = time.process_time()
         tk.encode(corpus, add_special_tokens=False)
-        warm.append(time.perf_counter() - t0)
+        warm.append(time.process_time() - t0)
     print(json.dumps({"tokens": n, "bytes": len(corpus.encode()), "cold_s": min(cold), "warm_s": min(warm),
                       "load_s": min(load), "version": tokenizers.__version__}))
 
