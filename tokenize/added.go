@@ -127,8 +127,12 @@ func (m *addedMatcher) split(s string, segs []segment) []segment {
 	return segs
 }
 
+// isWordRune reports whether r matches \w of Rust's regex crate, which the
+// Rust library uses for single_word: Alphabetic, marks, decimal digits,
+// connector punctuation and joiners.
 func isWordRune(r rune) bool {
-	return r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r)
+	return r == '_' || unicode.IsLetter(r) || unicode.Is(unicode.Nl, r) || unicode.Is(unicode.Other_Alphabetic, r) ||
+		unicode.Is(unicode.M, r) || unicode.Is(unicode.Nd, r) || unicode.Is(unicode.Pc, r) || r == 0x200C || r == 0x200D
 }
 
 func endsWithWord(s string) bool {

@@ -1,0 +1,63 @@
+package tokenize
+
+import (
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// FuzzEncode checks the invariants the goldens show for every input: no
+// panic, determinism, ids inside the vocabulary, the post-processor's
+// tokens around the text, decode(encode(x)) == normalize(x) for byte-level
+// models, and PrefixCache agreeing with Encode after seeing a prefix. The
+// golden inputs are its seed corpus.
+//
+//	go test ./tokenize -run '^$' -fuzz FuzzEncode -fuzztime 60s
+func FuzzEncode(f *testing.F) {
+	inputs := goldenInputs(f)
+	names := make([]string, 0, len(inputs))
+	for n := range inputs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for i, n := range names {
+		if n != "corpus_1mb" && (strings.HasPrefix(n, "named/") || strings.HasPrefix(n, "probe/") || i%40 == 0) {
+			f.Add(inputs[n], uint16(len(inputs[n])/2))
+		}
+	}
+	toks := []*Tokenizer{loadFamily(f, "qwen3"), loadFamily(f, "gpt-oss"), loadFamily(f, "deepseek-v3"), loadFamily(f, "llama2")}
+	f.Fuzz(func(t *testing.T, s string, cut uint16) {
+		for _, tk := range toks {
+			ids := tk.Encode(s, false)
+			if again := tk.Encode(s, false); !slices.Equal(ids, again) {
+				t.Fatalf("not deterministic: %v then %v", ids, again)
+			}
+			n := uint32(tk.VocabSize())
+			for _, id := range ids {
+				if id >= n {
+					t.Fatalf("id %d outside vocabulary of %d", id, n)
+				}
+			}
+			special := tk.Encode(s, true)
+			want := slices.Concat(tk.prefixIDs, ids, tk.suffixIDs)
+			if !slices.Equal(special, want) {
+				t.Fatalf("with special tokens %v, want %v", special, want)
+			}
+			if tk.model.byteLevel && utf8.ValidString(s) {
+				if got, want := tk.Decode(ids), normalize(tk.norm, s); got != want {
+					t.Fatalf("decode(encode(x)) = %q, want %q", got, want)
+				}
+			}
+			if len(s) > prefixKeyLen {
+				c := NewPrefixCache(tk, 1<<20)
+				k := int(cut) % len(s)
+				c.Encode(s[:k], false)
+				if got := c.Encode(s, false); !slices.Equal(got, ids) {
+					t.Fatalf("PrefixCache after %d bytes: %s", k, diffIDs(tk, got, ids))
+				}
+			}
+		}
+	})
+}
