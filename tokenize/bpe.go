@@ -8,6 +8,7 @@ type pairTable struct {
 	keys  []uint64 // pair key + 1; 0 marks an empty slot
 	vals  []uint64 // rank<<32 | new id
 	shift uint
+	n     int
 }
 
 func newPairTable(n int) *pairTable {
@@ -26,12 +27,32 @@ func (t *pairTable) slot(k uint64) uint64 { return (k * 0x9E3779B97F4A7C15) >> t
 // put sets the merge of a pair, replacing an earlier one (as a Rust HashMap
 // collected from the merge list does).
 func (t *pairTable) put(a, b, rank, id uint32) {
-	k := pairKey(a, b) + 1
+	if 2*(t.n+1) > len(t.keys) {
+		t.grow()
+	}
+	t.insert(pairKey(a, b)+1, uint64(rank)<<32|uint64(id))
+}
+
+// grow doubles the table.
+func (t *pairTable) grow() {
+	old, oldVals := t.keys, t.vals
+	*t = *newPairTable(len(old))
+	for i, k := range old {
+		if k != 0 {
+			t.insert(k, oldVals[i])
+		}
+	}
+}
+
+func (t *pairTable) insert(k, v uint64) {
 	mask := uint64(len(t.keys) - 1)
 	for i := t.slot(k); ; i = (i + 1) & mask {
 		if t.keys[i] == 0 || t.keys[i] == k {
+			if t.keys[i] == 0 {
+				t.n++
+			}
 			t.keys[i] = k
-			t.vals[i] = uint64(rank)<<32 | uint64(id)
+			t.vals[i] = v
 			return
 		}
 	}

@@ -20,18 +20,38 @@ var byteToRune, runeToByte = func() ([256]rune, map[rune]byte) {
 	return b2r, r2b
 }()
 
+// runeToByteTab is runeToByte as an array over the alphabet's range; -1
+// marks runes outside the alphabet.
+var runeToByteTab = func() (t [0x144]int16) {
+	for i := range t {
+		t[i] = -1
+	}
+	for r, b := range runeToByte {
+		t[r] = int16(b)
+	}
+	return t
+}()
+
 // byteLevelDecode maps a string in the byte-to-unicode alphabet back to raw
 // bytes. ok is false when s holds a rune outside that alphabet.
 func byteLevelDecode(s string) ([]byte, bool) {
-	out := make([]byte, 0, len(s))
-	for _, r := range s {
-		b, ok := runeToByte[r]
-		if !ok {
-			return nil, false
+	return byteLevelDecodeInto(make([]byte, 0, len(s)), unsafeBytes(s))
+}
+
+// byteLevelDecodeInto appends the raw bytes of s to dst.
+func byteLevelDecodeInto(dst []byte, s []byte) ([]byte, bool) {
+	for i := 0; i < len(s); {
+		r, w := rune(s[i]), 1
+		if r >= utf8.RuneSelf {
+			r, w = utf8.DecodeRune(s[i:])
 		}
-		out = append(out, b)
+		if r >= rune(len(runeToByteTab)) || runeToByteTab[r] < 0 {
+			return dst, false
+		}
+		dst = append(dst, byte(runeToByteTab[r]))
+		i += w
 	}
-	return out, true
+	return dst, true
 }
 
 // byteLevelEncode maps raw bytes to the byte-to-unicode alphabet.

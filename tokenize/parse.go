@@ -1,10 +1,10 @@
 package tokenize
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 )
 
 type typed struct {
@@ -151,10 +151,25 @@ type modelJSON struct {
 }
 
 func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, []string, error) {
-	var mj modelJSON
-	if err := json.Unmarshal(raw, &mj); err != nil {
+	fields, err := splitObject(raw)
+	if err != nil {
 		return nil, nil, fmt.Errorf("parse model: %w", err)
 	}
+	small := make(map[string]json.RawMessage, len(fields))
+	for k, v := range fields {
+		if k != "vocab" && k != "merges" {
+			small[k] = v
+		}
+	}
+	smallJSON, err := json.Marshal(small)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse model: %w", err)
+	}
+	var mj modelJSON
+	if err := json.Unmarshal(smallJSON, &mj); err != nil {
+		return nil, nil, fmt.Errorf("parse model: %w", err)
+	}
+	mj.Vocab, mj.Merges = fields["vocab"], fields["merges"]
 	if mj.Type != "BPE" {
 		return nil, nil, fmt.Errorf("%w: model %q", ErrUnsupported, mj.Type)
 	}
@@ -182,19 +197,27 @@ func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, []string, error
 	for _, e := range vocab {
 		maxID = max(maxID, e.id)
 	}
-	idToToken := make([]string, int(maxID)+1)
-	// key maps a token as spelled in the file to the model's key.
-	key := func(s string) (string, bool) {
-		if !byteLevel {
-			return s, true
-		}
-		b, ok := byteLevelDecode(s)
-		return string(b), ok
+	if int(maxID) > 16*len(vocab)+1024 {
+		return nil, nil, fmt.Errorf("parse model: id %d is far beyond a vocabulary of %d", maxID, len(vocab))
 	}
+	idToToken := make([]string, int(maxID)+1)
+	// key appends the model's key of a token as spelled in the file.
+	key := func(dst, s []byte) ([]byte, bool) {
+		if !byteLevel {
+			return append(dst, s...), true
+		}
+		return byteLevelDecodeInto(dst, s)
+	}
+	var buf []byte
 	for _, e := range vocab {
 		idToToken[e.id] = e.tok
-		if k, ok := key(e.tok); ok {
-			m.vocab[k] = e.id
+		var ok bool
+		if buf, ok = key(buf[:0], unsafeBytes(e.tok)); ok {
+			if byteLevel && string(buf) == e.tok {
+				m.vocab[e.tok] = e.id // share the string
+			} else {
+				m.vocab[string(buf)] = e.id
+			}
 		}
 	}
 	if byteLevel {
@@ -217,21 +240,26 @@ func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, []string, error
 		}
 		m.unk, m.hasUnk = id, true
 	}
-	pairs, err := parseMerges(mj.Merges)
+	m.merges = newPairTable(max(len(vocab), 16))
+	rank := 0
+	var kbuf []byte
+	err = parseMerges(mj.Merges, func(a, b []byte) error {
+		kbuf = kbuf[:0]
+		kbuf, okA := key(kbuf, a)
+		na := len(kbuf)
+		kbuf, okB := key(kbuf, b)
+		idA, okA2 := m.vocab[string(kbuf[:na])]
+		idB, okB2 := m.vocab[string(kbuf[na:])]
+		idN, okN := m.vocab[string(kbuf)]
+		if !(okA && okB && okA2 && okB2 && okN) {
+			return fmt.Errorf("parse model: merge %d (%q %q) uses a token not in the vocabulary", rank, a, b)
+		}
+		m.merges.put(idA, idB, uint32(rank), idN)
+		rank++
+		return nil
+	})
 	if err != nil {
 		return nil, nil, err
-	}
-	m.merges = newPairTable(len(pairs))
-	for rank, p := range pairs {
-		ka, okA := key(p[0])
-		kb, okB := key(p[1])
-		a, okA2 := m.vocab[ka]
-		b, okB2 := m.vocab[kb]
-		n, okN := m.vocab[ka+kb]
-		if !(okA && okB && okA2 && okB2 && okN) {
-			return nil, nil, fmt.Errorf("parse model: merge %d (%q %q) uses a token not in the vocabulary", rank, p[0], p[1])
-		}
-		m.merges.put(a, b, uint32(rank), n)
 	}
 	return m, idToToken, nil
 }
@@ -274,56 +302,97 @@ func parseVocab(raw json.RawMessage) ([]vocabEntry, error) {
 	}
 }
 
-// parseMerges reads merges as "a b" strings or ["a", "b"] pairs.
-func parseMerges(raw json.RawMessage) ([][2]string, error) {
+// parseMerges calls fn for each merge, given as "a b" strings or ["a", "b"]
+// pairs, in order. The slices are valid only during the call.
+func parseMerges(raw json.RawMessage, fn func(a, b []byte) error) error {
 	if isNull(raw) {
-		return nil, nil
+		return nil
 	}
 	d := jsonScanner{b: raw}
-	var out [][2]string
 	if !d.consume('[') {
-		return nil, fmt.Errorf("parse merges: want an array")
+		return fmt.Errorf("parse merges: want an array")
 	}
 	if d.consume(']') {
-		return out, nil
+		return nil
 	}
+	var sa, sb []byte
 	for {
-		var p [2]string
+		var a, b []byte
+		var err error
 		if d.consume('[') {
-			a, err := d.str()
-			if err != nil {
-				return nil, fmt.Errorf("parse merges: %w", err)
+			if a, err = d.strBytes(&sa); err != nil {
+				return fmt.Errorf("parse merges: %w", err)
 			}
 			if !d.consume(',') {
-				return nil, fmt.Errorf("parse merges: want a pair at %d", d.i)
+				return fmt.Errorf("parse merges: want a pair at %d", d.i)
 			}
-			b, err := d.str()
-			if err != nil {
-				return nil, fmt.Errorf("parse merges: %w", err)
+			if b, err = d.strBytes(&sb); err != nil {
+				return fmt.Errorf("parse merges: %w", err)
 			}
 			if !d.consume(']') {
-				return nil, fmt.Errorf("parse merges: want a pair at %d", d.i)
+				return fmt.Errorf("parse merges: want a pair at %d", d.i)
 			}
-			p = [2]string{a, b}
 		} else {
-			s, err := d.str()
+			s, err := d.strBytes(&sa)
 			if err != nil {
-				return nil, fmt.Errorf("parse merges: %w", err)
+				return fmt.Errorf("parse merges: %w", err)
 			}
-			a, b, ok := strings.Cut(s, " ")
-			if !ok || strings.Contains(b, " ") {
-				return nil, fmt.Errorf("parse merges: merge %q is not two tokens", s)
+			k := bytes.IndexByte(s, ' ')
+			if k < 0 || bytes.IndexByte(s[k+1:], ' ') >= 0 {
+				return fmt.Errorf("parse merges: merge %q is not two tokens", s)
 			}
-			p = [2]string{a, b}
+			a, b = s[:k], s[k+1:]
 		}
-		out = append(out, p)
+		if err := fn(a, b); err != nil {
+			return err
+		}
 		if d.consume(',') {
 			continue
 		}
 		if d.consume(']') {
+			return nil
+		}
+		return fmt.Errorf("parse merges: want ',' or ']' at %d", d.i)
+	}
+}
+
+// splitObject returns the raw values of a JSON object's keys without
+// decoding them, so that huge members (vocab, merges) are never scanned by
+// encoding/json.
+func splitObject(b []byte) (map[string]json.RawMessage, error) {
+	d := jsonScanner{b: b}
+	if !d.consume('{') {
+		return nil, fmt.Errorf("want an object")
+	}
+	out := make(map[string]json.RawMessage)
+	if d.consume('}') {
+		return out, nil
+	}
+	for {
+		k, err := d.str()
+		if err != nil {
+			return nil, err
+		}
+		if !d.consume(':') {
+			return nil, fmt.Errorf("want ':' at %d", d.i)
+		}
+		d.ws()
+		start := d.i
+		if err := d.skipValue(); err != nil {
+			return nil, err
+		}
+		out[k] = b[start:d.i]
+		if d.consume(',') {
+			continue
+		}
+		if d.consume('}') {
+			d.ws()
+			if d.i != len(b) {
+				return nil, fmt.Errorf("data after the object at %d", d.i)
+			}
 			return out, nil
 		}
-		return nil, fmt.Errorf("parse merges: want ',' or ']' at %d", d.i)
+		return nil, fmt.Errorf("want ',' or '}' at %d", d.i)
 	}
 }
 
@@ -366,6 +435,90 @@ func (d *jsonScanner) uint() (uint32, error) {
 	}
 	d.i = j
 	return uint32(n), nil
+}
+
+// skipValue moves past one JSON value. It checks nesting and strings, not
+// the values' grammar: the parts are decoded (and checked) later.
+func (d *jsonScanner) skipValue() error {
+	d.ws()
+	if d.i >= len(d.b) {
+		return fmt.Errorf("want a value at %d", d.i)
+	}
+	depth := 0
+	for d.i < len(d.b) {
+		switch c := d.b[d.i]; c {
+		case '"':
+			if err := d.skipString(); err != nil {
+				return err
+			}
+		case '{', '[':
+			depth++
+			d.i++
+		case '}', ']':
+			if depth == 0 {
+				return nil
+			}
+			depth--
+			d.i++
+		case ',':
+			if depth == 0 {
+				return nil
+			}
+			d.i++
+		default:
+			if depth == 0 && (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+				return nil
+			}
+			d.i++
+		}
+		if depth == 0 && d.i > 0 && (d.b[d.i-1] == '"' || d.b[d.i-1] == '}' || d.b[d.i-1] == ']') {
+			return nil
+		}
+	}
+	if depth != 0 {
+		return fmt.Errorf("unterminated value")
+	}
+	return nil
+}
+
+func (d *jsonScanner) skipString() error {
+	j := d.i + 1
+	for j < len(d.b) {
+		switch d.b[j] {
+		case '\\':
+			j += 2
+			continue
+		case '"':
+			d.i = j + 1
+			return nil
+		}
+		j++
+	}
+	return fmt.Errorf("unterminated string at %d", d.i)
+}
+
+// strBytes reads a string; without escapes it returns a slice of the input,
+// else it decodes into *scratch.
+func (d *jsonScanner) strBytes(scratch *[]byte) ([]byte, error) {
+	d.ws()
+	if d.i >= len(d.b) || d.b[d.i] != '"' {
+		return nil, fmt.Errorf("want a string at %d", d.i)
+	}
+	j := d.i + 1
+	for j < len(d.b) && d.b[j] != '"' && d.b[j] != '\\' {
+		j++
+	}
+	if j < len(d.b) && d.b[j] == '"' {
+		s := d.b[d.i+1 : j]
+		d.i = j + 1
+		return s, nil
+	}
+	s, err := d.str()
+	if err != nil {
+		return nil, err
+	}
+	*scratch = append((*scratch)[:0], s...)
+	return *scratch, nil
 }
 
 func (d *jsonScanner) str() (string, error) {

@@ -84,16 +84,16 @@ func readTokenizerFile(dir string) ([]byte, error) {
 	return data, nil
 }
 
+// fileJSON holds the members of tokenizer.json.
 type fileJSON struct {
-	Version       string          `json:"version"`
-	Truncation    json.RawMessage `json:"truncation"`
-	Padding       json.RawMessage `json:"padding"`
-	AddedTokens   []addedToken    `json:"added_tokens"`
-	Normalizer    json.RawMessage `json:"normalizer"`
-	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
-	PostProcessor json.RawMessage `json:"post_processor"`
-	Decoder       json.RawMessage `json:"decoder"`
-	Model         json.RawMessage `json:"model"`
+	Truncation    json.RawMessage
+	Padding       json.RawMessage
+	AddedTokens   []addedToken
+	Normalizer    json.RawMessage
+	PreTokenizer  json.RawMessage
+	PostProcessor json.RawMessage
+	Decoder       json.RawMessage
+	Model         json.RawMessage
 }
 
 func isNull(m json.RawMessage) bool {
@@ -103,9 +103,26 @@ func isNull(m json.RawMessage) bool {
 
 // FromJSON builds a Tokenizer from the contents of a tokenizer.json file.
 func FromJSON(data []byte) (*Tokenizer, error) {
-	var f fileJSON
-	if err := json.Unmarshal(data, &f); err != nil {
+	top, err := splitObject(data)
+	if err != nil {
 		return nil, fmt.Errorf("parse tokenizer.json: %w", err)
+	}
+	f := fileJSON{
+		Truncation:    top["truncation"],
+		Padding:       top["padding"],
+		Normalizer:    top["normalizer"],
+		PreTokenizer:  top["pre_tokenizer"],
+		PostProcessor: top["post_processor"],
+		Decoder:       top["decoder"],
+		Model:         top["model"],
+	}
+	if raw := top["added_tokens"]; !isNull(raw) {
+		if err := json.Unmarshal(raw, &f.AddedTokens); err != nil {
+			return nil, fmt.Errorf("parse added_tokens: %w", err)
+		}
+	}
+	if isNull(f.Model) {
+		return nil, fmt.Errorf("parse tokenizer.json: no model")
 	}
 	if !isNull(f.Truncation) {
 		return nil, fmt.Errorf("%w: truncation", ErrUnsupported)
@@ -118,7 +135,6 @@ func FromJSON(data []byte) (*Tokenizer, error) {
 		addedByID:  make(map[uint32]int, len(f.AddedTokens)),
 		addedByStr: make(map[string]uint32, len(f.AddedTokens)),
 	}
-	var err error
 	if t.norm, err = parseNormalizer(f.Normalizer); err != nil {
 		return nil, err
 	}
