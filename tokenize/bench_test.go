@@ -44,11 +44,13 @@ func BenchmarkLoad(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.SetBytes(int64(len(data)))
+			c0 := cpuNow()
 			for b.Loop() {
 				if _, err := FromJSON(data); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.ReportMetric(float64(cpuNow()-c0)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }

@@ -90,6 +90,32 @@ type bpeModel struct {
 	unk          uint32
 	hasUnk       bool
 	fuseUnk      bool
+
+	// splitRune, when not zero, is a rune before which a word may be cut
+	// into independently merged parts unless the rune before it is in
+	// joinBefore: no vocabulary token contains that pair, so no merge can
+	// ever cross the cut. SentencePiece-style files (one word per text) use
+	// it for U+2581; it changes no result, only the cost.
+	splitRune  rune
+	joinBefore map[rune]bool
+}
+
+// sentencePieceSplit enables cutting words before U+2581 where exact.
+func (m *bpeModel) sentencePieceSplit(vocab []vocabEntry) {
+	const sp = '\u2581'
+	if _, ok := m.vocab[string(sp)]; !ok || m.byteLevel {
+		return
+	}
+	m.splitRune, m.joinBefore = sp, make(map[rune]bool)
+	for _, e := range vocab {
+		prev := rune(-1)
+		for _, r := range e.tok {
+			if r == sp && prev >= 0 {
+				m.joinBefore[prev] = true
+			}
+			prev = r
+		}
+	}
 }
 
 // bpeScratch is reusable per-call working memory.
@@ -114,6 +140,24 @@ func (m *bpeModel) encodeWord(w []byte, ids []uint32, sc *bpeScratch) []uint32 {
 			return append(ids, id)
 		}
 	}
+	if m.splitRune != 0 {
+		start, prev := 0, rune(-1)
+		for i := 0; i < len(w); {
+			r, n := runeAt(w, i)
+			if r == m.splitRune && i > start && !m.joinBefore[prev] {
+				ids = m.mergeWord(w[start:i], ids, sc)
+				start = i
+			}
+			prev = r
+			i += n
+		}
+		return m.mergeWord(w[start:], ids, sc)
+	}
+	return m.mergeWord(w, ids, sc)
+}
+
+// mergeWord appends the ids of w after all merges.
+func (m *bpeModel) mergeWord(w []byte, ids []uint32, sc *bpeScratch) []uint32 {
 	syms := m.initialSymbols(w, sc.syms[:0])
 	sc.syms = syms
 	if len(syms) <= smallWord {

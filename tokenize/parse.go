@@ -240,6 +240,7 @@ func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, []string, error
 		}
 		m.unk, m.hasUnk = id, true
 	}
+	m.sentencePieceSplit(vocab)
 	m.merges = newPairTable(max(len(vocab), 16))
 	rank := 0
 	var kbuf []byte
