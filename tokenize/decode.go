@@ -40,12 +40,16 @@ func parseDecoder(raw json.RawMessage) (decoder, error) {
 
 func parseDecoderSteps(raw json.RawMessage) ([]chainStep, error) {
 	var d struct {
-		Type     string            `json:"type"`
-		Decoders []json.RawMessage `json:"decoders"`
-		Pattern  patternJSON       `json:"pattern"`
-		Content  string            `json:"content"`
-		Start    int               `json:"start"`
-		Stop     int               `json:"stop"`
+		Type           string            `json:"type"`
+		Replacement    string            `json:"replacement"`
+		PrependScheme  *string           `json:"prepend_scheme"`
+		AddPrefixSpace bool              `json:"add_prefix_space"`
+		Split          *bool             `json:"split"`
+		Decoders       []json.RawMessage `json:"decoders"`
+		Pattern        patternJSON       `json:"pattern"`
+		Content        string            `json:"content"`
+		Start          int               `json:"start"`
+		Stop           int               `json:"stop"`
 	}
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return nil, fmt.Errorf("parse decoder: %w", err)
@@ -63,6 +67,22 @@ func parseDecoderSteps(raw json.RawMessage) ([]chainStep, error) {
 		return out, nil
 	case "ByteLevel":
 		return []chainStep{decodeByteLevel}, nil
+	case "Metaspace":
+		m, err := parseMetaspace(d.Replacement, d.PrependScheme, d.AddPrefixSpace, d.Split)
+		if err != nil {
+			return nil, err
+		}
+		return []chainStep{func(toks []string) []string {
+			out := make([]string, len(toks))
+			for i, s := range toks {
+				with := " "
+				if i == 0 && m.scheme != prependNever {
+					with = ""
+				}
+				out[i] = strings.ReplaceAll(s, m.replacement, with)
+			}
+			return out
+		}}, nil
 	case "ByteFallback":
 		return []chainStep{decodeByteFallback}, nil
 	case "Fuse":

@@ -84,6 +84,18 @@ func (e *encoder) pretokenize(s string) {
 	if s == "" {
 		return
 	}
+	if m := e.t.meta; m != nil {
+		s = m.rewrite(s, e.base == 0)
+		e.markable = false
+		b := unsafeBytes(s)
+		if !m.split {
+			e.split(len(e.t.steps), b, b)
+			return
+		}
+		st := splitStep{behavior: splitMergedWithNext, literal: []byte(m.replacement)}
+		st.split(e.sc, b, func(p []byte) { e.split(len(e.t.steps), b, p) })
+		return
+	}
 	b := unsafeBytes(s)
 	e.split(0, b, b)
 }

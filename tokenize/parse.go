@@ -65,6 +65,9 @@ func parsePreTokenizer(raw json.RawMessage) ([]splitStep, bool, error) {
 	}
 	var p struct {
 		Type           string            `json:"type"`
+		Replacement    string            `json:"replacement"`
+		PrependScheme  *string           `json:"prepend_scheme"`
+		Split          *bool             `json:"split"`
 		Pretokenizers  []json.RawMessage `json:"pretokenizers"`
 		Pattern        patternJSON       `json:"pattern"`
 		Behavior       string            `json:"behavior"`
@@ -91,6 +94,12 @@ func parsePreTokenizer(raw json.RawMessage) ([]splitStep, bool, error) {
 			byteLevel = bl
 		}
 		return steps, byteLevel, nil
+	case "Metaspace":
+		m, err := parseMetaspace(p.Replacement, p.PrependScheme, p.AddPrefixSpace, p.Split)
+		if err != nil {
+			return nil, false, err
+		}
+		return []splitStep{{meta: m}}, false, nil
 	case "ByteLevel":
 		if p.AddPrefixSpace {
 			return nil, false, fmt.Errorf("%w: ByteLevel pre-tokenizer with add_prefix_space", ErrUnsupported)
@@ -135,6 +144,27 @@ func parsePreTokenizer(raw json.RawMessage) ([]splitStep, bool, error) {
 		return []splitStep{{behavior: b, match: m}}, false, nil
 	}
 	return nil, false, fmt.Errorf("%w: pre-tokenizer %q", ErrUnsupported, p.Type)
+}
+
+// parseMetaspace reads a Metaspace pre-tokenizer or decoder. Files written
+// before prepend_scheme existed say add_prefix_space instead.
+func parseMetaspace(replacement string, scheme *string, addPrefixSpace bool, split *bool) (*metaspace, error) {
+	r := []rune(replacement)
+	if len(r) != 1 {
+		return nil, fmt.Errorf("%w: Metaspace replacement %q", ErrUnsupported, replacement)
+	}
+	m := &metaspace{replacement: replacement, split: split == nil || *split}
+	switch {
+	case scheme == nil && addPrefixSpace, scheme != nil && *scheme == "always":
+		m.scheme = prependAlways
+	case scheme == nil, *scheme == "never":
+		m.scheme = prependNever
+	case *scheme == "first":
+		m.scheme = prependFirst
+	default:
+		return nil, fmt.Errorf("%w: Metaspace prepend_scheme %q", ErrUnsupported, *scheme)
+	}
+	return m, nil
 }
 
 type modelJSON struct {

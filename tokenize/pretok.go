@@ -3,6 +3,7 @@ package tokenize
 import (
 	"bytes"
 	"fmt"
+	"strings"
 )
 
 // A matchFunc reports the end of the match of a pre-tokenizer pattern that
@@ -21,11 +22,41 @@ const (
 	splitRemoved
 )
 
-// splitStep is one Split pre-tokenizer of a pipeline.
+// splitStep is one Split pre-tokenizer of a pipeline, or a Metaspace
+// pre-tokenizer (meta not nil), which rewrites before it splits.
 type splitStep struct {
 	match    matchFunc
 	behavior splitBehavior
 	literal  []byte // for string patterns; match is nil then
+	meta     *metaspace
+}
+
+type prependScheme int
+
+const (
+	prependAlways prependScheme = iota
+	prependFirst
+	prependNever
+)
+
+// metaspace is the Metaspace pre-tokenizer: spaces become the replacement
+// (U+2581), which is prepended to the first piece of the text (first),
+// every piece (always) or none, unless the piece starts with it already;
+// with split, each replacement starts a new piece.
+type metaspace struct {
+	replacement string
+	scheme      prependScheme
+	split       bool
+}
+
+// rewrite returns the piece as the pre-tokenizer's split sees it; atStart
+// reports whether the piece starts at offset 0 of the input.
+func (m *metaspace) rewrite(s string, atStart bool) string {
+	s = strings.ReplaceAll(s, " ", m.replacement)
+	if !strings.HasPrefix(s, m.replacement) && (m.scheme == prependAlways || m.scheme == prependFirst && atStart) {
+		s = m.replacement + s
+	}
+	return s
 }
 
 // split calls emit for each piece of s, in order. Empty pieces are never

@@ -30,6 +30,7 @@ type Tokenizer struct {
 	normed     *addedMatcher     // added tokens matched after normalization
 	norm       []normOp
 	steps      []splitStep
+	meta       *metaspace // a Metaspace pre-tokenizer, then steps is empty
 	model      *bpeModel
 	prefixIDs  []uint32 // post-processor ids before a single sequence
 	suffixIDs  []uint32 // post-processor ids after it
@@ -141,6 +142,14 @@ func FromJSON(data []byte) (*Tokenizer, error) {
 	byteLevelPre := false
 	if t.steps, byteLevelPre, err = parsePreTokenizer(f.PreTokenizer); err != nil {
 		return nil, err
+	}
+	for i, st := range t.steps {
+		if st.meta != nil {
+			if len(t.steps) != 1 {
+				return nil, fmt.Errorf("%w: Metaspace in a pre-tokenizer sequence", ErrUnsupported)
+			}
+			t.meta, t.steps = t.steps[i].meta, nil
+		}
 	}
 	if t.model, t.idToToken, err = parseModel(f.Model, byteLevelPre); err != nil {
 		return nil, err

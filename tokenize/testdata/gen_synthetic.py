@@ -8,6 +8,12 @@ Usage (from tokenize/testdata): python gen_synthetic.py
 Writes synthetic/flags.json, synthetic/flags_strmerges.json and
 synthetic/flags_expected.jsonl.gz (with the same inputs as inputs.jsonl.gz's
 named/* strings plus strings aimed at the flags).
+
+It also writes synthetic/metaspace_VARIANT_expected.jsonl.gz: ids of the
+named/* and the first 3,000 random/* inputs for models/llama2 with its
+normalizer removed and a Metaspace pre-tokenizer and decoder instead, the
+form newer Llama 2 / Mistral tokenizer.json files take (METASPACE below;
+metaspace_test.go applies the same patch).
 """
 import gzip, io, json, os
 import tokenizers
@@ -76,5 +82,35 @@ def main():
     print(len(out), 'cases; tokenizers', tokenizers.__version__)
 
 
+METASPACE = {
+    "first": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False},
+    "always_split": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
+    "never": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never", "split": False},
+}
+
+
+def metaspace():
+    base = json.loads(gzip.open(os.path.join(HERE, 'models', 'llama2', 'tokenizer.json.gz')).read())
+    inputs = [json.loads(l) for l in gzip.open(os.path.join(HERE, 'inputs.jsonl.gz'), 'rt', encoding='utf-8')]
+    cases = [c for c in inputs if c['name'].startswith('named/')]
+    cases += [c for c in inputs if c['name'].startswith('random/')][:3000]
+    for name, pre in METASPACE.items():
+        js = dict(base)
+        js['normalizer'] = None
+        js['pre_tokenizer'] = pre
+        js['decoder'] = pre
+        tk = Tokenizer.from_str(json.dumps(js))
+        out = []
+        for c in cases:
+            ids = tk.encode(c['text'], add_special_tokens=True).ids
+            out.append({"name": c['name'], "ids": ids, "decoded": tk.decode(ids, skip_special_tokens=False)})
+        buf = io.BytesIO()
+        with gzip.GzipFile(fileobj=buf, mode='wb', mtime=0) as f:
+            f.write(''.join(json.dumps(o, ensure_ascii=False) + '\n' for o in out).encode('utf-8'))
+        open(os.path.join(HERE, 'synthetic', 'metaspace_%s_expected.jsonl.gz' % name), 'wb').write(buf.getvalue())
+        print(name, len(out), 'cases')
+
+
 if __name__ == '__main__':
+    metaspace()
     main()
