@@ -93,7 +93,7 @@ func (c *PrefixCache) Encode(text string, addSpecialTokens bool) []uint32 {
 		return t.Encode(text, addSpecialTokens)
 	}
 	key := maphash.String(c.seed, text[:prefixKeyLen])
-	base := c.lookup(key, text)
+	base, hash := c.lookup(key, text)
 	var ids []uint32
 	var marks []mark
 	switch {
@@ -119,7 +119,7 @@ func (c *PrefixCache) Encode(text string, addSpecialTokens bool) []uint32 {
 		ids, marks = c.encodeFull(text)
 	}
 	if base == nil || len(base.text) != len(text) {
-		c.store(key, text, ids, marks)
+		c.store(key, hash, text, ids, marks)
 	}
 	out := make([]uint32, 0, len(t.prefixIDs)+len(ids)+len(t.suffixIDs))
 	if addSpecialTokens {
@@ -190,8 +190,9 @@ func safeSplit(text string, off int) bool {
 
 // lookup returns the longest cached text that text starts with. Candidates
 // are compared by a hash of text's prefix of their length, computed in one
-// streaming pass, so many long cached siblings cost one pass over text.
-func (c *PrefixCache) lookup(key uint64, text string) *prefixEntry {
+// streaming pass, so many long cached siblings cost one pass over text. It
+// also returns the hash of the whole text.
+func (c *PrefixCache) lookup(key uint64, text string) (*prefixEntry, uint64) {
 	c.mu.Lock()
 	var cands []*prefixEntry
 	for _, e := range c.byKey[key] {
@@ -212,6 +213,8 @@ func (c *PrefixCache) lookup(key uint64, text string) *prefixEntry {
 			best = e
 		}
 	}
+	h.WriteString(text[pos:])
+	full := h.Sum64()
 	if best != nil && !strings.HasPrefix(text, best.text) {
 		best = nil // a hash collision
 	}
@@ -219,19 +222,19 @@ func (c *PrefixCache) lookup(key uint64, text string) *prefixEntry {
 	defer c.mu.Unlock()
 	if best == nil {
 		c.misses++
-		return nil
+		return nil, full
 	}
 	c.hits++
 	c.lru.MoveToFront(best.elem) // a no-op if evicted meanwhile
-	return best
+	return best, full
 }
 
-func (c *PrefixCache) store(key uint64, text string, ids []uint32, marks []mark) {
+func (c *PrefixCache) store(key, hash uint64, text string, ids []uint32, marks []mark) {
 	size := len(text) + 4*len(ids) + 16*len(marks) + 128
 	if size > c.maxBytes {
 		return
 	}
-	e := &prefixEntry{key: key, text: text, ids: ids, marks: marks, size: size, hash: maphash.String(c.seed, text)}
+	e := &prefixEntry{key: key, text: text, ids: ids, marks: marks, size: size, hash: hash}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, old := range c.byKey[key] {
