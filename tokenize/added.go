@@ -70,17 +70,17 @@ func (m *addedMatcher) longestAt(s string, i int) (int, int) {
 	return int(best), end
 }
 
-// segment is a piece of text: either an added token (id >= 0) or text to
+// addedSegment is a piece of text: either an added token (id >= 0) or text to
 // normalize and tokenize.
-type segment struct {
+type addedSegment struct {
 	start, end int
 	id         int64
 }
 
 // split appends the segments of s to segs. Segment offsets are relative to s.
-func (m *addedMatcher) split(s string, segs []segment) []segment {
+func (m *addedMatcher) split(s string, segs []addedSegment) []addedSegment {
 	if m == nil || len(m.toks) == 0 {
-		return append(segs, segment{0, len(s), -1})
+		return append(segs, addedSegment{0, len(s), -1})
 	}
 	startOff := 0
 	for i := 0; i < len(s); {
@@ -115,14 +115,14 @@ func (m *addedMatcher) split(s string, segs []segment) []segment {
 			start = startOff
 		}
 		if start > startOff {
-			segs = append(segs, segment{startOff, start, -1})
+			segs = append(segs, addedSegment{startOff, start, -1})
 		}
-		segs = append(segs, segment{start, stop, int64(tok.ID)})
+		segs = append(segs, addedSegment{start, stop, int64(tok.ID)})
 		startOff = stop
 		i = max(i, stop)
 	}
 	if startOff != len(s) || len(s) == 0 {
-		segs = append(segs, segment{startOff, len(s), -1})
+		segs = append(segs, addedSegment{startOff, len(s), -1})
 	}
 	return segs
 }

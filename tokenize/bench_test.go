@@ -16,10 +16,10 @@ var rustPython = flag.String("tokenize.rust", "", "python with PyPI tokenizers: 
 // BenchmarkEncodeCorpus tokenizes the 1 MB corpus with each family.
 // Run single core: go test ./tokenize -run '^$' -bench EncodeCorpus -cpu 1 -count 5
 func BenchmarkEncodeCorpus(b *testing.B) {
-	corpus := goldenInputs(b)["corpus_1mb"]
-	for _, fam := range families {
+	corpus := tokGoldenInputs(b)["corpus_1mb"]
+	for _, fam := range goldenFamilies {
 		b.Run(fam, func(b *testing.B) {
-			tk := loadFamily(b, fam)
+			tk := loadGoldenTokenizer(b, fam)
 			n := len(tk.Encode(corpus, false))
 			b.SetBytes(int64(len(corpus)))
 			b.ResetTimer()
@@ -36,7 +36,7 @@ func BenchmarkEncodeCorpus(b *testing.B) {
 
 // BenchmarkLoad parses a tokenizer.json (uncompressed, already in memory).
 func BenchmarkLoad(b *testing.B) {
-	for _, fam := range families {
+	for _, fam := range goldenFamilies {
 		b.Run(fam, func(b *testing.B) {
 			data, err := readTokenizerFile(filepath.Join("testdata", "models", fam))
 			if err != nil {
@@ -90,10 +90,10 @@ func TestCompareRust(t *testing.T) {
 	if *rustPython == "" {
 		t.Skip("set -tokenize.rust=PYTHON to compare with the Rust library")
 	}
-	corpus := goldenInputs(t)["corpus_1mb"]
+	corpus := tokGoldenInputs(t)["corpus_1mb"]
 	prev := runtime.GOMAXPROCS(1)
 	defer runtime.GOMAXPROCS(prev)
-	for _, fam := range families {
+	for _, fam := range goldenFamilies {
 		dir := filepath.Join("testdata", "models", fam)
 		out, err := exec.CommandContext(t.Context(), *rustPython, filepath.Join("testdata", "bench_rust.py"),
 			filepath.Join(dir, "tokenizer.json.gz"), filepath.Join("testdata", "corpus_1mb.txt.gz"), "3").Output()

@@ -66,18 +66,18 @@ func computeClass(r rune) uint16 {
 	return c
 }
 
-// scanner reads runes and their classes from a byte string. Invalid UTF-8
+// classScanner reads runes and their classes from a byte string. Invalid UTF-8
 // bytes decode as one-byte runes of no class (like punctuation for the
 // patterns, which is deterministic and never panics).
-type scanner struct {
+type classScanner struct {
 	tab *[0x10000]uint16
 }
 
-func newScanner() scanner { return scanner{tab: classTable()} }
+func newClassScanner() classScanner { return classScanner{tab: classTable()} }
 
 // at returns the class of the rune at s[i] and its width in bytes. At the end
 // of s it returns (0, 0).
-func (sc scanner) at(s []byte, i int) (uint16, int) {
+func (sc classScanner) at(s []byte, i int) (uint16, int) {
 	if i >= len(s) {
 		return 0, 0
 	}

@@ -8,37 +8,37 @@ import (
 	"unicode/utf8"
 )
 
-// decoder turns token strings back into text, as the Rust library's decoder
+// tokenDecoder turns token strings back into text, as the Rust library's decoder
 // chain does.
-type decoder interface {
+type tokenDecoder interface {
 	decode(toks []string) string
 }
 
-// chainStep is one decoder of a Sequence: it maps the token list to a new
+// decodeStep is one decoder of a Sequence: it maps the token list to a new
 // token list (decode_chain in the Rust library).
-type chainStep func(toks []string) []string
+type decodeStep func(toks []string) []string
 
-type chainDecoder []chainStep
+type decodeChain []decodeStep
 
-func (c chainDecoder) decode(toks []string) string {
+func (c decodeChain) decode(toks []string) string {
 	for _, st := range c {
 		toks = st(toks)
 	}
 	return strings.Join(toks, "")
 }
 
-func parseDecoder(raw json.RawMessage) (decoder, error) {
-	if isNull(raw) {
+func parseDecoder(raw json.RawMessage) (tokenDecoder, error) {
+	if jsonIsNull(raw) {
 		return nil, nil
 	}
 	steps, err := parseDecoderSteps(raw)
 	if err != nil {
 		return nil, err
 	}
-	return chainDecoder(steps), nil
+	return decodeChain(steps), nil
 }
 
-func parseDecoderSteps(raw json.RawMessage) ([]chainStep, error) {
+func parseDecoderSteps(raw json.RawMessage) ([]decodeStep, error) {
 	var d struct {
 		Type           string            `json:"type"`
 		Replacement    string            `json:"replacement"`
@@ -56,7 +56,7 @@ func parseDecoderSteps(raw json.RawMessage) ([]chainStep, error) {
 	}
 	switch d.Type {
 	case "Sequence":
-		var out []chainStep
+		var out []decodeStep
 		for _, sub := range d.Decoders {
 			s, err := parseDecoderSteps(sub)
 			if err != nil {
@@ -66,13 +66,13 @@ func parseDecoderSteps(raw json.RawMessage) ([]chainStep, error) {
 		}
 		return out, nil
 	case "ByteLevel":
-		return []chainStep{decodeByteLevel}, nil
+		return []decodeStep{decodeByteLevel}, nil
 	case "Metaspace":
 		m, err := parseMetaspace(d.Replacement, d.PrependScheme, d.AddPrefixSpace, d.Split)
 		if err != nil {
 			return nil, err
 		}
-		return []chainStep{func(toks []string) []string {
+		return []decodeStep{func(toks []string) []string {
 			out := make([]string, len(toks))
 			for i, s := range toks {
 				with := " "
@@ -84,15 +84,15 @@ func parseDecoderSteps(raw json.RawMessage) ([]chainStep, error) {
 			return out
 		}}, nil
 	case "ByteFallback":
-		return []chainStep{decodeByteFallback}, nil
+		return []decodeStep{decodeByteFallback}, nil
 	case "Fuse":
-		return []chainStep{func(toks []string) []string { return []string{strings.Join(toks, "")} }}, nil
+		return []decodeStep{func(toks []string) []string { return []string{strings.Join(toks, "")} }}, nil
 	case "Replace":
 		if d.Pattern.String == nil {
 			return nil, fmt.Errorf("%w: Replace decoder with a regex", ErrUnsupported)
 		}
 		old, content := *d.Pattern.String, d.Content
-		return []chainStep{func(toks []string) []string {
+		return []decodeStep{func(toks []string) []string {
 			out := make([]string, len(toks))
 			for i, s := range toks {
 				out[i] = strings.ReplaceAll(s, old, content)
@@ -102,7 +102,7 @@ func parseDecoderSteps(raw json.RawMessage) ([]chainStep, error) {
 	case "Strip":
 		content, _ := utf8.DecodeRuneInString(d.Content)
 		start, stop := d.Start, d.Stop
-		return []chainStep{func(toks []string) []string {
+		return []decodeStep{func(toks []string) []string {
 			out := make([]string, len(toks))
 			for i, s := range toks {
 				rs := []rune(s)

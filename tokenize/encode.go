@@ -1,22 +1,22 @@
 package tokenize
 
-// encoder is the per-call state of Encode; Tokenizer keeps a pool of them.
-type encoder struct {
+// encodeState is the per-call state of Encode; Tokenizer keeps a pool of them.
+type encodeState struct {
 	t     *Tokenizer
-	sc    scanner
+	sc    classScanner
 	ids   []uint32
 	bpe   bpeScratch
-	segs  []segment
-	segs2 []segment
+	segs  []addedSegment
+	segs2 []addedSegment
 	// marks records pre-token boundaries when non-nil (see PrefixCache).
-	marks    *[]mark
+	marks    *[]splitMark
 	base     int  // offset of the current text piece in the input
 	markable bool // whether the current piece's offsets are the input's
 }
 
-// mark is a position in the input text at which a pre-token starts,
+// splitMark is a position in the input text at which a pre-token starts,
 // with the number of ids before it.
-type mark struct {
+type splitMark struct {
 	off  int
 	nids int
 }
@@ -29,9 +29,9 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) []uint32 {
 	return t.encode(text, addSpecialTokens, nil, nil)
 }
 
-func (t *Tokenizer) encode(text string, addSpecialTokens bool, dst []uint32, marks *[]mark) []uint32 {
-	e := t.pool.Get().(*encoder)
-	e.t, e.sc, e.marks = t, newScanner(), marks
+func (t *Tokenizer) encode(text string, addSpecialTokens bool, dst []uint32, marks *[]splitMark) []uint32 {
+	e := t.pool.Get().(*encodeState)
+	e.t, e.sc, e.marks = t, newClassScanner(), marks
 	e.ids = dst[:0]
 	if dst == nil {
 		e.ids = make([]uint32, 0, len(text)/3+8)
@@ -50,7 +50,7 @@ func (t *Tokenizer) encode(text string, addSpecialTokens bool, dst []uint32, mar
 }
 
 // text splits out added tokens, normalizes and tokenizes the rest.
-func (e *encoder) text(s string) {
+func (e *encodeState) text(s string) {
 	t := e.t
 	segs := t.plain.split(s, e.segs[:0])
 	e.segs = segs
@@ -60,7 +60,7 @@ func (e *encoder) text(s string) {
 			continue
 		}
 		piece := s[sg.start:sg.end]
-		n := normalize(t.norm, piece)
+		n := applyNormalizers(t.norm, piece)
 		if t.normed == nil {
 			e.base, e.markable = sg.start, n == piece
 			e.pretokenize(n)
@@ -80,7 +80,7 @@ func (e *encoder) text(s string) {
 	}
 }
 
-func (e *encoder) pretokenize(s string) {
+func (e *encodeState) pretokenize(s string) {
 	if s == "" {
 		return
 	}
@@ -102,11 +102,11 @@ func (e *encoder) pretokenize(s string) {
 
 // split runs step i of the pre-tokenizer on piece; whole is the text the
 // offsets of marks are relative to.
-func (e *encoder) split(i int, whole, piece []byte) {
+func (e *encodeState) split(i int, whole, piece []byte) {
 	steps := e.t.steps
 	if i == len(steps) {
 		if e.marks != nil && e.markable {
-			*e.marks = append(*e.marks, mark{e.base + offsetIn(whole, piece), len(e.ids)})
+			*e.marks = append(*e.marks, splitMark{e.base + offsetIn(whole, piece), len(e.ids)})
 		}
 		e.ids = e.t.model.encodeWord(piece, e.ids, &e.bpe)
 		return

@@ -16,7 +16,7 @@ import (
 //
 //	go test ./tokenize -run '^$' -fuzz FuzzEncode -fuzztime 60s
 func FuzzEncode(f *testing.F) {
-	inputs := goldenInputs(f)
+	inputs := tokGoldenInputs(f)
 	names := make([]string, 0, len(inputs))
 	for n := range inputs {
 		names = append(names, n)
@@ -27,7 +27,7 @@ func FuzzEncode(f *testing.F) {
 			f.Add(inputs[n], uint16(len(inputs[n])/2))
 		}
 	}
-	toks := []*Tokenizer{loadFamily(f, "qwen3"), loadFamily(f, "gpt-oss"), loadFamily(f, "deepseek-v3"), loadFamily(f, "llama2")}
+	toks := []*Tokenizer{loadGoldenTokenizer(f, "qwen3"), loadGoldenTokenizer(f, "gpt-oss"), loadGoldenTokenizer(f, "deepseek-v3"), loadGoldenTokenizer(f, "llama2")}
 	f.Fuzz(func(t *testing.T, s string, cut uint16) {
 		for _, tk := range toks {
 			ids := tk.Encode(s, false)
@@ -46,7 +46,7 @@ func FuzzEncode(f *testing.F) {
 				t.Fatalf("with special tokens %v, want %v", special, want)
 			}
 			if tk.model.byteLevel && utf8.ValidString(s) {
-				if got, want := tk.Decode(ids), normalize(tk.norm, s); got != want {
+				if got, want := tk.Decode(ids), applyNormalizers(tk.norm, s); got != want {
 					t.Fatalf("decode(encode(x)) = %q, want %q", got, want)
 				}
 			}

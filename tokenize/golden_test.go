@@ -11,9 +11,9 @@ import (
 	"testing"
 )
 
-// families are the tokenizer files under testdata/models, with goldens in
+// goldenFamilies are the tokenizer files under testdata/models, with goldens in
 // testdata/expected (see testdata/README.md).
-var families = []string{"qwen3", "llama3", "deepseek-v3", "gpt-oss", "llama2", "gemma3"}
+var goldenFamilies = []string{"qwen3", "llama3", "deepseek-v3", "gpt-oss", "llama2", "gemma3"}
 
 type goldenInput struct {
 	Name string `json:"name"`
@@ -53,7 +53,7 @@ func readJSONLinesGz[T any](t testing.TB, path string) []T {
 	return out
 }
 
-func readGz(t testing.TB, path string) string {
+func readGzipFile(t testing.TB, path string) string {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -81,15 +81,15 @@ var (
 	inputsMap  map[string]string
 )
 
-// goldenInputs returns every golden input text by name, the corpus included.
-func goldenInputs(t testing.TB) map[string]string {
+// tokGoldenInputs returns every golden input text by name, the corpus included.
+func tokGoldenInputs(t testing.TB) map[string]string {
 	inputsOnce.Do(func() {
 		ins := readJSONLinesGz[goldenInput](t, filepath.Join("testdata", "inputs.jsonl.gz"))
 		inputsMap = make(map[string]string, len(ins)+1)
 		for _, in := range ins {
 			inputsMap[in.Name] = in.Text
 		}
-		inputsMap["corpus_1mb"] = readGz(t, filepath.Join("testdata", "corpus_1mb.txt.gz"))
+		inputsMap["corpus_1mb"] = readGzipFile(t, filepath.Join("testdata", "corpus_1mb.txt.gz"))
 	})
 	return inputsMap
 }
@@ -99,8 +99,8 @@ var (
 	tokCache = map[string]*Tokenizer{}
 )
 
-// loadFamily loads a test tokenizer once per test binary.
-func loadFamily(t testing.TB, fam string) *Tokenizer {
+// loadGoldenTokenizer loads a test tokenizer once per test binary.
+func loadGoldenTokenizer(t testing.TB, fam string) *Tokenizer {
 	t.Helper()
 	tokMu.Lock()
 	defer tokMu.Unlock()
@@ -117,10 +117,10 @@ func loadFamily(t testing.TB, fam string) *Tokenizer {
 
 func TestGoldens(t *testing.T) {
 	t.Parallel()
-	inputs := goldenInputs(t)
-	for _, fam := range families {
+	inputs := tokGoldenInputs(t)
+	for _, fam := range goldenFamilies {
 		t.Run(fam, func(t *testing.T) {
-			tk := loadFamily(t, fam)
+			tk := loadGoldenTokenizer(t, fam)
 			exp := readJSONLinesGz[goldenExpected](t, filepath.Join("testdata", "expected", fam+".jsonl.gz"))
 			if len(exp) < 10000 {
 				t.Fatalf("only %d goldens", len(exp))
@@ -163,10 +163,10 @@ func diffIDs(tk *Tokenizer, got, want []uint32) string {
 		b, _ := json.Marshal(s)
 		return string(b)
 	}
-	return "at " + itoa(i) + " of " + itoa(len(want)) + ": got " + show(got) + " want " + show(want)
+	return "at " + itoaForLog(i) + " of " + itoaForLog(len(want)) + ": got " + show(got) + " want " + show(want)
 }
 
-func itoa(n int) string {
+func itoaForLog(n int) string {
 	b, _ := json.Marshal(n)
 	return string(b)
 }

@@ -32,7 +32,7 @@ func TestMetaspace(t *testing.T) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		t.Fatal(err)
 	}
-	inputs := goldenInputs(t)
+	inputs := tokGoldenInputs(t)
 	for name, pre := range metaspaceVariants {
 		t.Run(name, func(t *testing.T) {
 			g := make(map[string]json.RawMessage, len(f))
@@ -61,7 +61,7 @@ func TestMetaspace(t *testing.T) {
 				}
 				if d := tk.Decode(c.IDs); d != c.Decoded {
 					if bad++; bad <= 5 {
-						t.Errorf("%s: decoded %q, want %q", c.Name, trunc(d), trunc(c.Decoded))
+						t.Errorf("%s: decoded %q, want %q", c.Name, truncForLog(d), truncForLog(c.Decoded))
 					}
 				}
 			}

@@ -152,8 +152,8 @@ func (r replaceOp) apply(s string) string {
 	return strings.ReplaceAll(s, r.old, r.new)
 }
 
-// normalize applies ops in order.
-func normalize(ops []normOp, s string) string {
+// applyNormalizers applies ops in order.
+func applyNormalizers(ops []normOp, s string) string {
 	for _, op := range ops {
 		s = op.apply(s)
 	}

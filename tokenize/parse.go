@@ -7,17 +7,13 @@ import (
 	"strconv"
 )
 
-type typed struct {
-	Type string `json:"type"`
-}
-
 type patternJSON struct {
 	String *string `json:"String"`
 	Regex  *string `json:"Regex"`
 }
 
 func parseNormalizer(raw json.RawMessage) ([]normOp, error) {
-	if isNull(raw) {
+	if jsonIsNull(raw) {
 		return nil, nil
 	}
 	var n struct {
@@ -60,7 +56,7 @@ func parseNormalizer(raw json.RawMessage) ([]normOp, error) {
 // parsePreTokenizer returns the Split steps in order, and whether a
 // ByteLevel pre-tokenizer (without its own regex) ends the sequence.
 func parsePreTokenizer(raw json.RawMessage) ([]splitStep, bool, error) {
-	if isNull(raw) {
+	if jsonIsNull(raw) {
 		return nil, false, nil
 	}
 	var p struct {
@@ -336,7 +332,7 @@ func parseVocab(raw json.RawMessage) ([]vocabEntry, error) {
 // parseMerges calls fn for each merge, given as "a b" strings or ["a", "b"]
 // pairs, in order. The slices are valid only during the call.
 func parseMerges(raw json.RawMessage, fn func(a, b []byte) error) error {
-	if isNull(raw) {
+	if jsonIsNull(raw) {
 		return nil
 	}
 	d := jsonScanner{b: raw}
@@ -590,7 +586,7 @@ func (d *jsonScanner) str() (string, error) {
 }
 
 func (t *Tokenizer) parsePostProcessor(raw json.RawMessage) error {
-	if isNull(raw) {
+	if jsonIsNull(raw) {
 		return nil
 	}
 	var p struct {

@@ -41,8 +41,8 @@ type PrefixCache struct {
 type prefixEntry struct {
 	key   uint64
 	text  string
-	ids   []uint32 // without post-processor tokens
-	marks []mark   // safe split points, ascending
+	ids   []uint32    // without post-processor tokens
+	marks []splitMark // safe split points, ascending
 	elem  *list.Element
 	size  int
 	hash  uint64 // maphash of text
@@ -95,7 +95,7 @@ func (c *PrefixCache) Encode(text string, addSpecialTokens bool) []uint32 {
 	key := maphash.String(c.seed, text[:prefixKeyLen])
 	base, hash := c.lookup(key, text)
 	var ids []uint32
-	var marks []mark
+	var marks []splitMark
 	switch {
 	case base != nil && len(base.text) == len(text):
 		ids, marks = base.ids, base.marks
@@ -106,11 +106,11 @@ func (c *PrefixCache) Encode(text string, addSpecialTokens bool) []uint32 {
 			break
 		}
 		m := base.marks[i]
-		var tailMarks []mark
+		var tailMarks []splitMark
 		tail := t.encode(text[m.off:], false, nil, &tailMarks)
 		ids = make([]uint32, 0, m.nids+len(tail))
 		ids = append(append(ids, base.ids[:m.nids]...), tail...)
-		marks = append(make([]mark, 0, i+1+len(tailMarks)/4), base.marks[:i+1]...)
+		marks = append(make([]splitMark, 0, i+1+len(tailMarks)/4), base.marks[:i+1]...)
 		marks = c.keepSafe(text, marks, tailMarks, m.off, m.nids)
 		c.mu.Lock()
 		c.tailLen += uint64(len(text) - m.off)
@@ -132,11 +132,11 @@ func (c *PrefixCache) Encode(text string, addSpecialTokens bool) []uint32 {
 	return out
 }
 
-func (c *PrefixCache) encodeFull(text string) ([]uint32, []mark) {
+func (c *PrefixCache) encodeFull(text string) ([]uint32, []splitMark) {
 	if !c.t.splitSafe {
 		return c.t.encode(text, false, nil, nil), nil
 	}
-	var all []mark
+	var all []splitMark
 	ids := c.t.encode(text, false, nil, &all)
 	return ids, c.keepSafe(text, nil, all, 0, 0)
 }
@@ -144,7 +144,7 @@ func (c *PrefixCache) encodeFull(text string) ([]uint32, []mark) {
 // keepSafe appends to dst the marks of src (relative to off, with nids ids
 // before them) that are safe split points of text, at least markSpacing
 // apart.
-func (c *PrefixCache) keepSafe(text string, dst, src []mark, off, nids int) []mark {
+func (c *PrefixCache) keepSafe(text string, dst, src []splitMark, off, nids int) []splitMark {
 	last := -markSpacing
 	if len(dst) > 0 {
 		last = dst[len(dst)-1].off
@@ -154,7 +154,7 @@ func (c *PrefixCache) keepSafe(text string, dst, src []mark, off, nids int) []ma
 		if o-last < markSpacing || !safeSplit(text, o) {
 			continue
 		}
-		dst = append(dst, mark{o, m.nids + nids})
+		dst = append(dst, splitMark{o, m.nids + nids})
 		last = o
 	}
 	return dst
@@ -229,7 +229,7 @@ func (c *PrefixCache) lookup(key uint64, text string) (*prefixEntry, uint64) {
 	return best, full
 }
 
-func (c *PrefixCache) store(key, hash uint64, text string, ids []uint32, marks []mark) {
+func (c *PrefixCache) store(key, hash uint64, text string, ids []uint32, marks []splitMark) {
 	size := len(text) + 4*len(ids) + 16*len(marks) + 128
 	if size > c.maxBytes {
 		return

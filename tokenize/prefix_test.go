@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// conversation builds a long text of golden inputs, as turns of a chat.
-func conversation(t testing.TB, seed uint64, turns int) []string {
-	inputs := goldenInputs(t)
+// goldenConversation builds a long text of golden inputs, as turns of a chat.
+func goldenConversation(t testing.TB, seed uint64, turns int) []string {
+	inputs := tokGoldenInputs(t)
 	names := make([]string, 0, len(inputs))
 	for n := range inputs {
 		if n != "corpus_1mb" {
@@ -42,12 +42,12 @@ func conversation(t testing.TB, seed uint64, turns int) []string {
 
 func TestPrefixCacheExact(t *testing.T) {
 	t.Parallel()
-	for _, fam := range families {
+	for _, fam := range goldenFamilies {
 		t.Run(fam, func(t *testing.T) {
-			tk := loadFamily(t, fam)
+			tk := loadGoldenTokenizer(t, fam)
 			for seed := range uint64(6) {
 				c := NewPrefixCache(tk, 8<<20)
-				for i, p := range conversation(t, seed, 40) {
+				for i, p := range goldenConversation(t, seed, 40) {
 					special := i%2 == 0
 					got := c.Encode(p, special)
 					want := tk.Encode(p, special)
@@ -66,8 +66,8 @@ func TestPrefixCacheExact(t *testing.T) {
 
 func TestPrefixCacheRepeatAndBound(t *testing.T) {
 	t.Parallel()
-	tk := loadFamily(t, "qwen3")
-	prompts := conversation(t, 99, 30)
+	tk := loadGoldenTokenizer(t, "qwen3")
+	prompts := goldenConversation(t, 99, 30)
 	tests := []struct {
 		name     string
 		maxBytes int
@@ -95,12 +95,12 @@ func TestPrefixCacheRepeatAndBound(t *testing.T) {
 
 func TestPrefixCacheConcurrent(t *testing.T) {
 	t.Parallel()
-	tk := loadFamily(t, "llama3")
+	tk := loadGoldenTokenizer(t, "llama3")
 	c := NewPrefixCache(tk, 4<<20)
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Go(func() {
-			for i, p := range conversation(t, uint64(g%2), 15) {
+			for i, p := range goldenConversation(t, uint64(g%2), 15) {
 				if got, want := c.Encode(p, true), tk.Encode(p, true); !slices.Equal(got, want) {
 					t.Errorf("goroutine %d turn %d: %s", g, i, diffIDs(tk, got, want))
 					return
@@ -116,8 +116,8 @@ func TestPrefixCacheConcurrent(t *testing.T) {
 func BenchmarkPrefixCacheSecondTurn(b *testing.B) {
 	for _, fam := range []string{"qwen3", "llama3", "gpt-oss"} {
 		b.Run(fam, func(b *testing.B) {
-			tk := loadFamily(b, fam)
-			corpus := goldenInputs(b)["corpus_1mb"]
+			tk := loadGoldenTokenizer(b, fam)
+			corpus := tokGoldenInputs(b)["corpus_1mb"]
 			// 32K tokens of mixed text in chat turns
 			var sb strings.Builder
 			for i := 0; len(tk.Encode(sb.String(), false)) < 32000; i++ {

@@ -10,7 +10,7 @@ import (
 // starts exactly at s[i], or -1 when the pattern does not match there. It
 // must never return a match of zero length. It reads s[i:] only: these
 // patterns have no look-behind.
-type matchFunc func(sc scanner, s []byte, i int) int
+type matchFunc func(sc classScanner, s []byte, i int) int
 
 // splitBehavior is how a Split pre-tokenizer turns matches into pieces.
 type splitBehavior int
@@ -61,7 +61,7 @@ func (m *metaspace) rewrite(s string, atStart bool) string {
 
 // split calls emit for each piece of s, in order. Empty pieces are never
 // emitted.
-func (st *splitStep) split(sc scanner, s []byte, emit func([]byte)) {
+func (st *splitStep) split(sc classScanner, s []byte, emit func([]byte)) {
 	if st.literal != nil {
 		st.splitLiteral(s, emit)
 		return
@@ -138,9 +138,9 @@ const (
 func knownPattern(p string) (matchFunc, error) {
 	switch p {
 	case patCL100K:
-		return func(sc scanner, s []byte, i int) int { return matchCL100K(sc, s, i, 3) }, nil
+		return func(sc classScanner, s []byte, i int) int { return matchCL100K(sc, s, i, 3) }, nil
 	case patQwen2:
-		return func(sc scanner, s []byte, i int) int { return matchCL100K(sc, s, i, 1) }, nil
+		return func(sc classScanner, s []byte, i int) int { return matchCL100K(sc, s, i, 1) }, nil
 	case patO200K:
 		return matchO200K, nil
 	case patDigits3:
@@ -178,9 +178,9 @@ func contraction(s []byte, i int) int {
 	return -1
 }
 
-// run returns the end of the run of runes starting at j whose class has any
+// scanRun returns the end of the run of runes starting at j whose class has any
 // bit of mask.
-func run(sc scanner, s []byte, j int, mask uint16) int {
+func scanRun(sc classScanner, s []byte, j int, mask uint16) int {
 	for j < len(s) {
 		if b := s[j]; b < 0x80 {
 			if sc.tab[b]&mask == 0 {
@@ -200,7 +200,7 @@ func run(sc scanner, s []byte, j int, mask uint16) int {
 
 // matchSpace implements the shared tail \s*[\r\n]+|\s+(?!\S)|\s+ at s[i],
 // whose class is c.
-func matchSpace(sc scanner, s []byte, i int) int {
+func matchSpace(sc classScanner, s []byte, i int) int {
 	z, lastNL, lastStart := i, -1, i
 	for z < len(s) {
 		c, w := sc.at(s, z)
@@ -227,7 +227,7 @@ func matchSpace(sc scanner, s []byte, i int) int {
 
 // matchCL100K scans the Llama 3 (maxDigits 3) and Qwen 2/3 (maxDigits 1)
 // pattern.
-func matchCL100K(sc scanner, s []byte, i int, maxDigits int) int {
+func matchCL100K(sc classScanner, s []byte, i int, maxDigits int) int {
 	if s[i] == '\'' {
 		if e := contraction(s, i); e > 0 {
 			return e
@@ -237,10 +237,10 @@ func matchCL100K(sc scanner, s []byte, i int, maxDigits int) int {
 	// [^\r\n\p{L}\p{N}]?\p{L}+
 	if c&(cCRLF|cL|cN) == 0 {
 		if c2, w2 := sc.at(s, i+w); c2&cL != 0 {
-			return run(sc, s, i+w+w2, cL)
+			return scanRun(sc, s, i+w+w2, cL)
 		}
 	} else if c&cL != 0 {
-		return run(sc, s, i+w, cL)
+		return scanRun(sc, s, i+w, cL)
 	}
 	// \p{N}{1,maxDigits}
 	if c&cN != 0 {
@@ -265,7 +265,7 @@ func matchCL100K(sc scanner, s []byte, i int, maxDigits int) int {
 }
 
 // matchPunct matches ' ?[^\s\p{L}\p{N}]+[\r\n]*' (and [\r\n/]* with slash).
-func matchPunct(sc scanner, s []byte, i int, c uint16, w int, slash bool) int {
+func matchPunct(sc classScanner, s []byte, i int, c uint16, w int, slash bool) int {
 	j := i
 	if s[i] == ' ' {
 		j = i + 1
@@ -304,7 +304,7 @@ const (
 )
 
 // matchO200K scans the GPT-OSS (o200k) pattern.
-func matchO200K(sc scanner, s []byte, i int) int {
+func matchO200K(sc classScanner, s []byte, i int) int {
 	c, w := sc.at(s, i)
 	prefix := c&(cCRLF|cL|cN) == 0
 	// [^\r\n\p{L}\p{N}]?[U]*[W]+(contraction)?
@@ -322,7 +322,7 @@ func matchO200K(sc scanner, s []byte, i int) int {
 		}
 		end := -1
 		if c3, _ := sc.at(s, b); c3&oW != 0 {
-			end = run(sc, s, b, oW)
+			end = scanRun(sc, s, b, oW)
 		} else if lastWEnd >= 0 {
 			end = lastWEnd
 		}
@@ -339,7 +339,7 @@ func matchO200K(sc scanner, s []byte, i int) int {
 		if c2, _ := sc.at(s, a); c2&oU == 0 {
 			return -1
 		}
-		end := run(sc, s, run(sc, s, a, oU), oW)
+		end := scanRun(sc, s, scanRun(sc, s, a, oU), oW)
 		if e := contraction(s, end); e > 0 {
 			return e
 		}
@@ -374,7 +374,7 @@ func matchO200K(sc scanner, s []byte, i int) int {
 }
 
 // matchDigits3 matches \p{N}{1,3}.
-func matchDigits3(sc scanner, s []byte, i int) int {
+func matchDigits3(sc classScanner, s []byte, i int) int {
 	j := i
 	for n := 0; n < 3; n++ {
 		c, w := sc.at(s, j)
@@ -390,7 +390,7 @@ func matchDigits3(sc scanner, s []byte, i int) int {
 }
 
 // matchDSCJK matches [\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+.
-func matchDSCJK(_ scanner, s []byte, i int) int {
+func matchDSCJK(_ classScanner, s []byte, i int) int {
 	j := i
 	for j < len(s) && s[j] >= 0xE3 && s[j] <= 0xE9 {
 		r, w := runeAt(s, j)
@@ -412,7 +412,7 @@ func isASCIIPunct(b byte) bool {
 func isASCIIAlpha(b byte) bool { return b|0x20 >= 'a' && b|0x20 <= 'z' }
 
 // matchDSMain scans the main DeepSeek V3 pattern.
-func matchDSMain(sc scanner, s []byte, i int) int {
+func matchDSMain(sc classScanner, s []byte, i int) int {
 	if isASCIIPunct(s[i]) && i+1 < len(s) && isASCIIAlpha(s[i+1]) {
 		j := i + 2
 		for j < len(s) && isASCIIAlpha(s[j]) {
@@ -424,11 +424,11 @@ func matchDSMain(sc scanner, s []byte, i int) int {
 	// [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+
 	if c&(cCRLF|cL|cP|cS) == 0 {
 		if c2, w2 := sc.at(s, i+w); c2&(cL|cM) != 0 {
-			return run(sc, s, i+w+w2, cL|cM)
+			return scanRun(sc, s, i+w+w2, cL|cM)
 		}
 	}
 	if c&(cL|cM) != 0 {
-		return run(sc, s, i+w, cL|cM)
+		return scanRun(sc, s, i+w, cL|cM)
 	}
 	// ' ?[\p{P}\p{S}]+[\r\n]*'
 	j := i
@@ -437,7 +437,7 @@ func matchDSMain(sc scanner, s []byte, i int) int {
 		c, w = sc.at(s, j)
 	}
 	if w > 0 && c&(cP|cS) != 0 {
-		j = run(sc, s, j+w, cP|cS)
+		j = scanRun(sc, s, j+w, cP|cS)
 		for j < len(s) && (s[j] == '\r' || s[j] == '\n') {
 			j++
 		}

@@ -15,22 +15,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// ErrCircuitOpen is returned by RemoteClient while its circuit breaker is
+// ErrRemoteCircuitOpen is returned by RemoteClient while its circuit breaker is
 // open: the worker failed repeatedly and is not asked again until the
 // cool-down has passed.
-var ErrCircuitOpen = errors.New("tokenize remote: circuit open")
+var ErrRemoteCircuitOpen = errors.New("tokenize remote: circuit open")
 
-// ErrBadResponse is wrapped by errors for a /tokenize response that is not
+// ErrRemoteBadResponse is wrapped by errors for a /tokenize response that is not
 // the JSON vLLM documents.
-var ErrBadResponse = errors.New("tokenize remote: bad response")
+var ErrRemoteBadResponse = errors.New("tokenize remote: bad response")
 
-// StatusError is returned for a non-2xx HTTP status from /tokenize.
-type StatusError struct {
+// RemoteStatusError is returned for a non-2xx HTTP status from /tokenize.
+type RemoteStatusError struct {
 	Status int
 	Body   string // the start of the response body
 }
 
-func (e *StatusError) Error() string {
+func (e *RemoteStatusError) Error() string {
 	return fmt.Sprintf("tokenize remote: http status %d: %s", e.Status, e.Body)
 }
 
@@ -42,7 +42,7 @@ func (e *StatusError) Error() string {
 // Every call has a timeout. After a number of consecutive failures
 // (transport errors, timeouts, 5xx statuses and malformed responses; not 4xx
 // statuses nor the caller's cancellation) the circuit opens and calls fail
-// with ErrCircuitOpen without a request until a cool-down has passed; then
+// with ErrRemoteCircuitOpen without a request until a cool-down has passed; then
 // one trial request is let through, and its success closes the circuit.
 //
 // A RemoteClient is safe for concurrent use.
@@ -65,24 +65,24 @@ type RemoteClient struct {
 // A RemoteOption configures a RemoteClient.
 type RemoteOption func(*RemoteClient)
 
-// WithHTTPClient sets the HTTP client (default: a new http.Client).
-func WithHTTPClient(c *http.Client) RemoteOption { return func(r *RemoteClient) { r.http = c } }
+// WithRemoteHTTPClient sets the HTTP client (default: a new http.Client).
+func WithRemoteHTTPClient(c *http.Client) RemoteOption { return func(r *RemoteClient) { r.http = c } }
 
-// WithTimeout sets the per-call timeout (default 2 s).
-func WithTimeout(d time.Duration) RemoteOption { return func(r *RemoteClient) { r.timeout = d } }
+// WithRemoteTimeout sets the per-call timeout (default 2 s).
+func WithRemoteTimeout(d time.Duration) RemoteOption { return func(r *RemoteClient) { r.timeout = d } }
 
-// WithBreaker sets how many consecutive failures open the circuit (default
+// WithRemoteBreaker sets how many consecutive failures open the circuit (default
 // 5) and for how long it stays open (default 10 s).
-func WithBreaker(failures int, cooldown time.Duration) RemoteOption {
+func WithRemoteBreaker(failures int, cooldown time.Duration) RemoteOption {
 	return func(r *RemoteClient) { r.failures, r.cooldown = failures, cooldown }
 }
 
-// WithClock sets the clock the circuit breaker reads (tests).
-func WithClock(now func() time.Time) RemoteOption { return func(r *RemoteClient) { r.now = now } }
+// WithRemoteClock sets the clock the circuit breaker reads (tests).
+func WithRemoteClock(now func() time.Time) RemoteOption { return func(r *RemoteClient) { r.now = now } }
 
-// WithMetrics makes the client count its calls in m. Without it they are
+// WithRemoteMetrics makes the client count its calls in m. Without it they are
 // counted in metrics nobody collects.
-func WithMetrics(m *RemoteMetrics) RemoteOption {
+func WithRemoteMetrics(m *RemoteMetrics) RemoteOption {
 	return func(r *RemoteClient) { r.requests = m.requests }
 }
 
@@ -130,17 +130,17 @@ func NewRemoteClient(baseURL string, opts ...RemoteOption) *RemoteClient {
 	return c
 }
 
-// completionRequest is the completion form of vLLM's /tokenize request.
-type completionRequest struct {
+// remoteCompletionRequest is the completion form of vLLM's /tokenize request.
+type remoteCompletionRequest struct {
 	Model            string `json:"model,omitempty"`
 	Prompt           string `json:"prompt"`
 	AddSpecialTokens bool   `json:"add_special_tokens"`
 }
 
-// ChatRequest is the chat form of vLLM's /tokenize request. Messages,
+// RemoteChatRequest is the chat form of vLLM's /tokenize request. Messages,
 // Tools and ChatTemplateKwargs are passed through as the client sent them,
 // so key order and numbers survive.
-type ChatRequest struct {
+type RemoteChatRequest struct {
 	Model                string          `json:"model,omitempty"`
 	Messages             json.RawMessage `json:"messages"`
 	AddGenerationPrompt  bool            `json:"add_generation_prompt"`
@@ -154,20 +154,20 @@ type ChatRequest struct {
 // TokenizeCompletion returns the ids of prompt, as vLLM's /tokenize
 // completion form computes them.
 func (c *RemoteClient) TokenizeCompletion(ctx context.Context, model, prompt string, addSpecialTokens bool) ([]uint32, error) {
-	return c.call(ctx, "completion", completionRequest{model, prompt, addSpecialTokens})
+	return c.call(ctx, "completion", remoteCompletionRequest{model, prompt, addSpecialTokens})
 }
 
 // TokenizeChat returns the ids of a rendered chat request, as vLLM's
 // /tokenize chat form computes them (the same ids /v1/chat/completions
 // would use for the prompt).
-func (c *RemoteClient) TokenizeChat(ctx context.Context, req ChatRequest) ([]uint32, error) {
+func (c *RemoteClient) TokenizeChat(ctx context.Context, req RemoteChatRequest) ([]uint32, error) {
 	if len(req.Messages) == 0 {
 		return nil, fmt.Errorf("tokenize remote: chat request without messages")
 	}
 	return c.call(ctx, "chat", req)
 }
 
-type tokenizeResponse struct {
+type remoteTokenizeResponse struct {
 	Count  *int      `json:"count"`
 	Tokens *[]uint32 `json:"tokens"`
 }
@@ -175,7 +175,7 @@ type tokenizeResponse struct {
 func (c *RemoteClient) call(ctx context.Context, form string, body any) ([]uint32, error) {
 	if !c.allow() {
 		c.requests.WithLabelValues(form, "circuit_open").Inc()
-		return nil, ErrCircuitOpen
+		return nil, ErrRemoteCircuitOpen
 	}
 	ids, result, err := c.do(ctx, body)
 	c.requests.WithLabelValues(form, result).Inc()
@@ -216,20 +216,20 @@ func (c *RemoteClient) do(ctx context.Context, body any) ([]uint32, string, erro
 		if resp.StatusCode < 500 {
 			result = "http_4xx"
 		}
-		return nil, result, &StatusError{Status: resp.StatusCode, Body: string(data[:min(len(data), 512)])}
+		return nil, result, &RemoteStatusError{Status: resp.StatusCode, Body: string(data[:min(len(data), 512)])}
 	}
 	if int64(len(data)) > c.maxBody {
-		return nil, "bad_response", fmt.Errorf("%w: body over %d bytes", ErrBadResponse, c.maxBody)
+		return nil, "bad_response", fmt.Errorf("%w: body over %d bytes", ErrRemoteBadResponse, c.maxBody)
 	}
-	var r tokenizeResponse
+	var r remoteTokenizeResponse
 	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, "bad_response", fmt.Errorf("%w: %w", ErrBadResponse, err)
+		return nil, "bad_response", fmt.Errorf("%w: %w", ErrRemoteBadResponse, err)
 	}
 	if r.Tokens == nil {
-		return nil, "bad_response", fmt.Errorf("%w: no tokens", ErrBadResponse)
+		return nil, "bad_response", fmt.Errorf("%w: no tokens", ErrRemoteBadResponse)
 	}
 	if r.Count != nil && *r.Count != len(*r.Tokens) {
-		return nil, "bad_response", fmt.Errorf("%w: count %d but %d tokens", ErrBadResponse, *r.Count, len(*r.Tokens))
+		return nil, "bad_response", fmt.Errorf("%w: count %d but %d tokens", ErrRemoteBadResponse, *r.Count, len(*r.Tokens))
 	}
 	return *r.Tokens, "ok", nil
 }

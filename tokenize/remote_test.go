@@ -18,26 +18,26 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// fakeClock is a settable clock for the circuit breaker.
-type fakeClock struct {
+// remoteFakeClock is a settable clock for the circuit breaker.
+type remoteFakeClock struct {
 	mu  sync.Mutex
 	now time.Time
 }
 
-func (f *fakeClock) Now() time.Time {
+func (f *remoteFakeClock) Now() time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.now
 }
 
-func (f *fakeClock) Advance(d time.Duration) {
+func (f *remoteFakeClock) Advance(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.now = f.now.Add(d)
 }
 
-// fakeWorker is a /tokenize endpoint whose answer the test sets.
-type fakeWorker struct {
+// fakeTokenizeWorker is a /tokenize endpoint whose answer the test sets.
+type fakeTokenizeWorker struct {
 	mu     sync.Mutex
 	status int
 	body   string
@@ -46,13 +46,13 @@ type fakeWorker struct {
 	last   map[string]json.RawMessage
 }
 
-func (w *fakeWorker) set(status int, body string) {
+func (w *fakeTokenizeWorker) set(status int, body string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.status, w.body, w.block = status, body, false
 }
 
-func (w *fakeWorker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+func (w *fakeTokenizeWorker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	w.calls.Add(1)
 	if r.URL.Path != "/tokenize" || r.Method != http.MethodPost {
 		http.Error(rw, "not found", http.StatusNotFound)
@@ -71,24 +71,24 @@ func (w *fakeWorker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(rw, body)
 }
 
-func (w *fakeWorker) lastRequest() map[string]json.RawMessage {
+func (w *fakeTokenizeWorker) lastRequest() map[string]json.RawMessage {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.last
 }
 
-func newTestRemote(t *testing.T, opts ...RemoteOption) (*RemoteClient, *fakeWorker, *fakeClock, *prometheus.Registry) {
+func newTestRemoteClient(t *testing.T, opts ...RemoteOption) (*RemoteClient, *fakeTokenizeWorker, *remoteFakeClock, *prometheus.Registry) {
 	t.Helper()
-	w := &fakeWorker{status: 200, body: `{"count":3,"max_model_len":4096,"tokens":[1,2,3],"token_strs":null}`}
+	w := &fakeTokenizeWorker{status: 200, body: `{"count":3,"max_model_len":4096,"tokens":[1,2,3],"token_strs":null}`}
 	srv := httptest.NewServer(w)
 	t.Cleanup(srv.Close)
-	clk := &fakeClock{now: time.Unix(1_750_000_000, 0)}
+	clk := &remoteFakeClock{now: time.Unix(1_750_000_000, 0)}
 	reg := prometheus.NewRegistry()
 	m, err := NewRemoteMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts = append([]RemoteOption{WithClock(clk.Now), WithMetrics(m), WithBreaker(3, 10*time.Second)}, opts...)
+	opts = append([]RemoteOption{WithRemoteClock(clk.Now), WithRemoteMetrics(m), WithRemoteBreaker(3, 10*time.Second)}, opts...)
 	return NewRemoteClient(srv.URL+"/", opts...), w, clk, reg
 }
 
@@ -109,7 +109,7 @@ func TestRemoteForms(t *testing.T) {
 		{
 			name: "chat keeps raw messages",
 			call: func(ctx context.Context, c *RemoteClient) ([]uint32, error) {
-				return c.TokenizeChat(ctx, ChatRequest{
+				return c.TokenizeChat(ctx, RemoteChatRequest{
 					Model:               "llama3",
 					Messages:            json.RawMessage(`[{"role":"user","content":"hi","z":1.0,"a":12345678901234567890}]`),
 					AddGenerationPrompt: true,
@@ -128,7 +128,7 @@ func TestRemoteForms(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c, w, _, reg := newTestRemote(t)
+			c, w, _, reg := newTestRemoteClient(t)
 			ids, err := tc.call(t.Context(), c)
 			if err != nil {
 				t.Fatal(err)
@@ -159,22 +159,22 @@ func TestRemoteErrors(t *testing.T) {
 		result string
 	}{
 		{"server error", 500, `{"error":"boom"}`, func(err error) bool {
-			var se *StatusError
+			var se *RemoteStatusError
 			return errors.As(err, &se) && se.Status == 500
 		}, "http_5xx"},
 		{"bad request", 400, `{"error":"no such model"}`, func(err error) bool {
-			var se *StatusError
+			var se *RemoteStatusError
 			return errors.As(err, &se) && se.Status == 400
 		}, "http_4xx"},
-		{"not json", 200, `<html>`, func(err error) bool { return errors.Is(err, ErrBadResponse) }, "bad_response"},
-		{"no tokens", 200, `{"count":0}`, func(err error) bool { return errors.Is(err, ErrBadResponse) }, "bad_response"},
-		{"count mismatch", 200, `{"count":5,"tokens":[1]}`, func(err error) bool { return errors.Is(err, ErrBadResponse) }, "bad_response"},
-		{"negative id", 200, `{"tokens":[-1]}`, func(err error) bool { return errors.Is(err, ErrBadResponse) }, "bad_response"},
+		{"not json", 200, `<html>`, func(err error) bool { return errors.Is(err, ErrRemoteBadResponse) }, "bad_response"},
+		{"no tokens", 200, `{"count":0}`, func(err error) bool { return errors.Is(err, ErrRemoteBadResponse) }, "bad_response"},
+		{"count mismatch", 200, `{"count":5,"tokens":[1]}`, func(err error) bool { return errors.Is(err, ErrRemoteBadResponse) }, "bad_response"},
+		{"negative id", 200, `{"tokens":[-1]}`, func(err error) bool { return errors.Is(err, ErrRemoteBadResponse) }, "bad_response"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c, w, _, reg := newTestRemote(t)
+			c, w, _, reg := newTestRemoteClient(t)
 			w.set(tc.status, tc.body)
 			_, err := c.TokenizeCompletion(t.Context(), "m", "x", false)
 			if err == nil || !tc.check(err) {
@@ -194,17 +194,17 @@ warmpath_tokenize_remote_requests_total{form="completion",result="` + tc.result 
 
 func TestRemoteCircuitBreaker(t *testing.T) {
 	t.Parallel()
-	c, w, clk, reg := newTestRemote(t)
+	c, w, clk, reg := newTestRemoteClient(t)
 	ctx := t.Context()
 	w.set(503, "overloaded")
 	for i := range 3 {
-		if _, err := c.TokenizeCompletion(ctx, "m", "x", false); err == nil || errors.Is(err, ErrCircuitOpen) {
+		if _, err := c.TokenizeCompletion(ctx, "m", "x", false); err == nil || errors.Is(err, ErrRemoteCircuitOpen) {
 			t.Fatalf("call %d: err = %v, want a status error", i, err)
 		}
 	}
 	// open: no request reaches the worker
 	before := w.calls.Load()
-	if _, err := c.TokenizeCompletion(ctx, "m", "x", false); !errors.Is(err, ErrCircuitOpen) {
+	if _, err := c.TokenizeCompletion(ctx, "m", "x", false); !errors.Is(err, ErrRemoteCircuitOpen) {
 		t.Fatalf("err = %v, want ErrCircuitOpen", err)
 	}
 	if w.calls.Load() != before {
@@ -212,10 +212,10 @@ func TestRemoteCircuitBreaker(t *testing.T) {
 	}
 	// half-open after the cool-down: one failing trial opens it again
 	clk.Advance(11 * time.Second)
-	if _, err := c.TokenizeCompletion(ctx, "m", "x", false); err == nil || errors.Is(err, ErrCircuitOpen) {
+	if _, err := c.TokenizeCompletion(ctx, "m", "x", false); err == nil || errors.Is(err, ErrRemoteCircuitOpen) {
 		t.Fatalf("trial err = %v", err)
 	}
-	if _, err := c.TokenizeCompletion(ctx, "m", "x", false); !errors.Is(err, ErrCircuitOpen) {
+	if _, err := c.TokenizeCompletion(ctx, "m", "x", false); !errors.Is(err, ErrRemoteCircuitOpen) {
 		t.Fatalf("after failed trial err = %v, want ErrCircuitOpen", err)
 	}
 	// a successful trial closes it
@@ -234,7 +234,7 @@ func TestRemoteCircuitBreaker(t *testing.T) {
 
 func TestRemoteTimeoutAndCancel(t *testing.T) {
 	t.Parallel()
-	c, w, _, _ := newTestRemote(t, WithTimeout(20*time.Millisecond), WithBreaker(1, time.Minute))
+	c, w, _, _ := newTestRemoteClient(t, WithRemoteTimeout(20*time.Millisecond), WithRemoteBreaker(1, time.Minute))
 	w.mu.Lock()
 	w.block = true
 	w.mu.Unlock()
@@ -255,15 +255,15 @@ func TestRemoteTimeoutAndCancel(t *testing.T) {
 	if got := testutil.ToFloat64(c.requests.WithLabelValues("completion", "timeout")); got != 1 {
 		t.Errorf("timeout = %v", got)
 	}
-	if _, err := c.TokenizeCompletion(t.Context(), "m", "x", false); !errors.Is(err, ErrCircuitOpen) {
+	if _, err := c.TokenizeCompletion(t.Context(), "m", "x", false); !errors.Is(err, ErrRemoteCircuitOpen) {
 		t.Fatalf("err = %v, want ErrCircuitOpen", err)
 	}
 }
 
 func TestRemoteChatWithoutMessages(t *testing.T) {
 	t.Parallel()
-	c, w, _, _ := newTestRemote(t)
-	if _, err := c.TokenizeChat(t.Context(), ChatRequest{Model: "m"}); err == nil {
+	c, w, _, _ := newTestRemoteClient(t)
+	if _, err := c.TokenizeChat(t.Context(), RemoteChatRequest{Model: "m"}); err == nil {
 		t.Fatal("want an error")
 	}
 	if w.calls.Load() != 0 {
@@ -284,7 +284,7 @@ func TestRemoteMetricsRegisterTwice(t *testing.T) {
 
 func TestRemoteWithoutMetrics(t *testing.T) {
 	t.Parallel()
-	w := &fakeWorker{status: 200, body: `{"tokens":[4,5]}`}
+	w := &fakeTokenizeWorker{status: 200, body: `{"tokens":[4,5]}`}
 	srv := httptest.NewServer(w)
 	t.Cleanup(srv.Close)
 	ids, err := NewRemoteClient(srv.URL).TokenizeCompletion(t.Context(), "", "x", true)

@@ -34,7 +34,7 @@ type Tokenizer struct {
 	model      *bpeModel
 	prefixIDs  []uint32 // post-processor ids before a single sequence
 	suffixIDs  []uint32 // post-processor ids after it
-	dec        decoder
+	dec        tokenDecoder
 	idToToken  []string // model vocabulary as tokenizer.json spells it
 
 	// splitSafe reports whether text may be split at pre-token boundaries
@@ -97,7 +97,7 @@ type fileJSON struct {
 	Model         json.RawMessage
 }
 
-func isNull(m json.RawMessage) bool {
+func jsonIsNull(m json.RawMessage) bool {
 	m = bytes.TrimSpace(m)
 	return len(m) == 0 || string(m) == "null"
 }
@@ -117,18 +117,18 @@ func FromJSON(data []byte) (*Tokenizer, error) {
 		Decoder:       top["decoder"],
 		Model:         top["model"],
 	}
-	if raw := top["added_tokens"]; !isNull(raw) {
+	if raw := top["added_tokens"]; !jsonIsNull(raw) {
 		if err := json.Unmarshal(raw, &f.AddedTokens); err != nil {
 			return nil, fmt.Errorf("parse added_tokens: %w", err)
 		}
 	}
-	if isNull(f.Model) {
+	if jsonIsNull(f.Model) {
 		return nil, fmt.Errorf("parse tokenizer.json: no model")
 	}
-	if !isNull(f.Truncation) {
+	if !jsonIsNull(f.Truncation) {
 		return nil, fmt.Errorf("%w: truncation", ErrUnsupported)
 	}
-	if !isNull(f.Padding) {
+	if !jsonIsNull(f.Padding) {
 		return nil, fmt.Errorf("%w: padding", ErrUnsupported)
 	}
 	t := &Tokenizer{
@@ -176,7 +176,7 @@ func FromJSON(data []byte) (*Tokenizer, error) {
 			t.splitSafe = false // they look at the text around a match
 		}
 	}
-	t.pool.New = func() any { return &encoder{} }
+	t.pool.New = func() any { return &encodeState{} }
 	return t, nil
 }
 
@@ -186,7 +186,7 @@ func (t *Tokenizer) buildAddedMatchers() {
 	for _, a := range t.added {
 		if a.Normalized {
 			normed = append(normed, a)
-			normedPat = append(normedPat, normalize(t.norm, a.Content))
+			normedPat = append(normedPat, applyNormalizers(t.norm, a.Content))
 		} else {
 			plain = append(plain, a)
 			plainPat = append(plainPat, a.Content)

@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 )
 
-type syntheticCase struct {
+type flagsCase struct {
 	Text    string   `json:"text"`
 	Special bool     `json:"special"`
 	IDs     []uint32 `json:"ids"`
@@ -24,7 +24,7 @@ type syntheticCase struct {
 // the Rust library (testdata/gen_synthetic.py).
 func TestSyntheticFlags(t *testing.T) {
 	t.Parallel()
-	cases := readJSONLinesGz[syntheticCase](t, filepath.Join("testdata", "synthetic", "flags_expected.jsonl.gz"))
+	cases := readJSONLinesGz[flagsCase](t, filepath.Join("testdata", "synthetic", "flags_expected.jsonl.gz"))
 	for _, file := range []string{"flags.json", "flags_strmerges.json"} {
 		t.Run(file, func(t *testing.T) {
 			t.Parallel()
@@ -52,8 +52,8 @@ func TestSyntheticFlags(t *testing.T) {
 	}
 }
 
-// minimal returns a small valid tokenizer.json with one part replaced.
-func minimal(t *testing.T, part, value string) []byte {
+// patchedFlagsJSON returns a small valid tokenizer.json with one part replaced.
+func patchedFlagsJSON(t *testing.T, part, value string) []byte {
 	t.Helper()
 	var f map[string]json.RawMessage
 	data, err := os.ReadFile(filepath.Join("testdata", "synthetic", "flags.json"))
@@ -115,7 +115,7 @@ func TestFromJSONRejects(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := FromJSON(minimal(t, tc.part, tc.value))
+			_, err := FromJSON(patchedFlagsJSON(t, tc.part, tc.value))
 			if err == nil {
 				t.Fatal("want an error")
 			}
@@ -149,7 +149,7 @@ func TestLoadPlainAndGzip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gz := loadFamily(t, "llama2")
+	gz := loadGoldenTokenizer(t, "llama2")
 	text := "Hello <s> world ▁ 😀"
 	if a, b := plain.Encode(text, true), gz.Encode(text, true); !slices.Equal(a, b) {
 		t.Errorf("plain %v, gzip %v", a, b)
@@ -186,7 +186,7 @@ func TestTokenID(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.fam+"/"+tc.tok, func(t *testing.T) {
 			t.Parallel()
-			id, ok := loadFamily(t, tc.fam).TokenID(tc.tok)
+			id, ok := loadGoldenTokenizer(t, tc.fam).TokenID(tc.tok)
 			if id != tc.want || ok != tc.ok {
 				t.Errorf("TokenID(%q) = %d, %v; want %d, %v", tc.tok, id, ok, tc.want, tc.ok)
 			}
@@ -199,18 +199,18 @@ func TestTokenID(t *testing.T) {
 // space their normalizer adds stripped or kept as their decoder says.
 func TestDecodeRoundTrip(t *testing.T) {
 	t.Parallel()
-	inputs := goldenInputs(t)
+	inputs := tokGoldenInputs(t)
 	for _, fam := range []string{"qwen3", "llama3", "deepseek-v3", "gpt-oss"} {
 		t.Run(fam, func(t *testing.T) {
-			tk := loadFamily(t, fam)
+			tk := loadGoldenTokenizer(t, fam)
 			n := 0
 			for name, text := range inputs {
 				if !utf8.ValidString(text) {
 					continue
 				}
-				want := normalize(tk.norm, text)
+				want := applyNormalizers(tk.norm, text)
 				if got := tk.Decode(tk.Encode(text, false)); got != want {
-					t.Errorf("%s: decode(encode(x)) differs: %q vs %q", name, trunc(got), trunc(want))
+					t.Errorf("%s: decode(encode(x)) differs: %q vs %q", name, truncForLog(got), truncForLog(want))
 					if n++; n > 3 {
 						return
 					}
@@ -220,7 +220,7 @@ func TestDecodeRoundTrip(t *testing.T) {
 	}
 }
 
-func trunc(s string) string {
+func truncForLog(s string) string {
 	if len(s) > 80 {
 		return s[:80] + "…"
 	}
@@ -241,7 +241,7 @@ func TestDecodeSentencePiece(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.fam+"/"+tc.text, func(t *testing.T) {
 			t.Parallel()
-			tk := loadFamily(t, tc.fam)
+			tk := loadGoldenTokenizer(t, tc.fam)
 			if got := tk.Decode(tk.Encode(tc.text, false)); got != tc.want {
 				t.Errorf("got %q, want %q", got, tc.want)
 			}
@@ -251,7 +251,7 @@ func TestDecodeSentencePiece(t *testing.T) {
 
 func TestDecodeInvalid(t *testing.T) {
 	t.Parallel()
-	tk := loadFamily(t, "llama3")
+	tk := loadGoldenTokenizer(t, "llama3")
 	tests := []struct {
 		name string
 		ids  []uint32
@@ -276,9 +276,9 @@ func TestDecodeInvalid(t *testing.T) {
 // and byte-level models keep every byte.
 func TestInvalidUTF8(t *testing.T) {
 	t.Parallel()
-	for _, fam := range families {
+	for _, fam := range goldenFamilies {
 		t.Run(fam, func(t *testing.T) {
-			tk := loadFamily(t, fam)
+			tk := loadGoldenTokenizer(t, fam)
 			for _, s := range []string{"\xff", "a\xc3", "\xe4\xb8", "ok \x80\x80 <|im_end|>\xf0\x9f\x98", "\xed\xa0\x80"} {
 				ids := tk.Encode(s, true)
 				if tk.model.byteLevel && tk.norm == nil {
@@ -293,8 +293,8 @@ func TestInvalidUTF8(t *testing.T) {
 
 func TestConcurrentEncode(t *testing.T) {
 	t.Parallel()
-	tk := loadFamily(t, "gpt-oss")
-	inputs := goldenInputs(t)
+	tk := loadGoldenTokenizer(t, "gpt-oss")
+	inputs := tokGoldenInputs(t)
 	var texts []string
 	for name, s := range inputs {
 		if strings.HasPrefix(name, "named/") {
