@@ -1,6 +1,8 @@
 package tokenize
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -58,6 +60,45 @@ func FuzzEncode(f *testing.F) {
 					t.Fatalf("PrefixCache after %d bytes: %s", k, diffIDs(tk, got, ids))
 				}
 			}
+		}
+	})
+}
+
+// FuzzFromJSON feeds tokenizer.json variants to the loader (whose vocab and
+// merges scanner is hand-written): it must return a Tokenizer or an error,
+// never panic, and a Tokenizer it returns must encode without panicking.
+//
+//	go test ./tokenize -run '^$' -fuzz FuzzFromJSON -fuzztime 60s
+func FuzzFromJSON(f *testing.F) {
+	flags, err := os.ReadFile(filepath.Join("testdata", "synthetic", "flags.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(flags)
+	strMerges, err := os.ReadFile(filepath.Join("testdata", "synthetic", "flags_strmerges.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(strMerges)
+	for _, s := range []string{
+		`{"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]}}`,
+		`{"model":{"type":"BPE","vocab":{"\u0041":0,"\\":1,"A\\":2},"merges":[["A","\\"]]},"added_tokens":[{"id":3,"content":"<x>","special":true}]}`,
+		`{"model":{"type":"BPE","vocab":{},"merges":[]},"normalizer":{"type":"Replace","pattern":{"String":" "},"content":"▁"},"pre_tokenizer":{"type":"Metaspace","replacement":"▁","prepend_scheme":"first","split":true}}`,
+		`{"model":{"type":"BPE","vocab":{"a":4294967295}}}`,
+		`{"model":{"type":"BPE","vocab":{"a":0},"merges":["a"]}}`,
+		`{"model":{"type":"BPE","vocab":{"a":0}`,
+		`{"model":{"type":"BPE","vocab":{"a":0}}} trailing`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tk, err := FromJSON(data)
+		if err != nil {
+			return
+		}
+		for _, s := range []string{"", "a b", "ab <x> A\\ \u00e9\u0301", "\xff\xfe"} {
+			ids := tk.Encode(s, true)
+			_ = tk.Decode(ids)
 		}
 	})
 }
