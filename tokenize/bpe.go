@@ -1,6 +1,9 @@
 package tokenize
 
-import "math/bits"
+import (
+	"math/bits"
+	"sync/atomic"
+)
 
 // pairTable is an open-addressing hash table from a symbol pair to its merge
 // (rank and new id). It is built once at load and read-only afterwards.
@@ -98,6 +101,13 @@ type bpeModel struct {
 	// it for U+2581; it changes no result, only the cost.
 	splitRune  rune
 	joinBefore map[rune]bool
+
+	// whole records, per id, whether merging the token's own text yields
+	// that single token (1), something else (2), or is not known yet (0).
+	// Words that are one vocabulary token, the common case, then skip the
+	// merge loop. Written with atomics; every value written is the same
+	// for all writers, so races only repeat work.
+	whole []uint32
 }
 
 // sentencePieceSplit enables cutting words before U+2581 where exact.
@@ -158,6 +168,28 @@ func (m *bpeModel) encodeWord(w []byte, ids []uint32, sc *bpeScratch) []uint32 {
 
 // mergeWord appends the ids of w after all merges.
 func (m *bpeModel) mergeWord(w []byte, ids []uint32, sc *bpeScratch) []uint32 {
+	if len(w) <= smallWord {
+		if id, ok := m.vocab[string(w)]; ok && int(id) < len(m.whole) {
+			switch atomic.LoadUint32(&m.whole[id]) {
+			case 1:
+				return append(ids, id)
+			case 0:
+				n := len(ids)
+				ids = m.merge(w, ids, sc)
+				state := uint32(2)
+				if len(ids) == n+1 && ids[n] == id {
+					state = 1
+				}
+				atomic.StoreUint32(&m.whole[id], state)
+				return ids
+			}
+		}
+	}
+	return m.merge(w, ids, sc)
+}
+
+// merge appends the ids of w after all merges, without shortcuts.
+func (m *bpeModel) merge(w []byte, ids []uint32, sc *bpeScratch) []uint32 {
 	syms := m.initialSymbols(w, sc.syms[:0])
 	sc.syms = syms
 	if len(syms) <= smallWord {

@@ -227,6 +227,7 @@ func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, []string, error
 		return nil, nil, fmt.Errorf("parse model: id %d is far beyond a vocabulary of %d", maxID, len(vocab))
 	}
 	idToToken := make([]string, int(maxID)+1)
+	m.whole = make([]uint32, int(maxID)+1)
 	// key appends the model's key of a token as spelled in the file.
 	key := func(dst, s []byte) ([]byte, bool) {
 		if !byteLevel {
