@@ -92,8 +92,7 @@ func (e *encodeState) pretokenize(s string) {
 			e.split(len(e.t.steps), b, b)
 			return
 		}
-		st := splitStep{behavior: splitMergedWithNext, literal: []byte(m.replacement)}
-		st.split(e.sc, b, func(p []byte) { e.split(len(e.t.steps), b, p) })
+		m.splitter.split(e.sc, b, func(p []byte) { e.split(len(e.t.steps), b, p) })
 		return
 	}
 	b := unsafeBytes(s)

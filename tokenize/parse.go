@@ -150,6 +150,7 @@ func parseMetaspace(replacement string, scheme *string, addPrefixSpace bool, spl
 		return nil, fmt.Errorf("%w: Metaspace replacement %q", ErrUnsupported, replacement)
 	}
 	m := &metaspace{replacement: replacement, split: split == nil || *split}
+	m.splitter = &splitStep{behavior: splitMergedWithNext, literal: []byte(replacement)}
 	switch {
 	case scheme == nil && addPrefixSpace, scheme != nil && *scheme == "always":
 		m.scheme = prependAlways

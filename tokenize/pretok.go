@@ -47,6 +47,7 @@ type metaspace struct {
 	replacement string
 	scheme      prependScheme
 	split       bool
+	splitter    *splitStep // splits before each replacement, with split
 }
 
 // rewrite returns the piece as the pre-tokenizer's split sees it; atStart

@@ -20,8 +20,9 @@ var ErrUnsupported = errors.New("unsupported tokenizer feature")
 // A Tokenizer turns text into the token ids the Rust tokenizers library
 // computes for the same tokenizer.json, and back.
 //
-// A Tokenizer is immutable after Load and safe for concurrent use by
-// multiple goroutines. The zero value is not usable.
+// A Tokenizer is safe for concurrent use by multiple goroutines: after Load
+// it changes only internal memoization that never alters a result. The
+// zero value is not usable.
 type Tokenizer struct {
 	added      []addedToken
 	addedByID  map[uint32]int    // id -> index into added
@@ -42,7 +43,7 @@ type Tokenizer struct {
 	// no per-piece prepending); PrefixCache relies on it.
 	splitSafe bool
 
-	pool sync.Pool // *encoder
+	pool sync.Pool // *encodeState
 }
 
 // Load reads dir/tokenizer.json, or dir/tokenizer.json.gz if the former does
