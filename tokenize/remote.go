@@ -139,7 +139,9 @@ type remoteCompletionRequest struct {
 
 // RemoteChatRequest is the chat form of vLLM's /tokenize request. Messages,
 // Tools and ChatTemplateKwargs are passed through as the client sent them,
-// so key order and numbers survive.
+// so key order and numbers survive. Every boolean is sent as set: vLLM's
+// defaults (add_generation_prompt true, the others false) apply only to
+// requests that omit them, so callers copy them from the chat request.
 type RemoteChatRequest struct {
 	Model                string          `json:"model,omitempty"`
 	Messages             json.RawMessage `json:"messages"`
