@@ -29,7 +29,7 @@ func FuzzEncode(f *testing.F) {
 			f.Add(inputs[n], uint16(len(inputs[n])/2))
 		}
 	}
-	toks := []*Tokenizer{loadGoldenTokenizer(f, "qwen3"), loadGoldenTokenizer(f, "gpt-oss"), loadGoldenTokenizer(f, "deepseek-v3"), loadGoldenTokenizer(f, "llama2")}
+	toks := []*Tokenizer{loadGoldenTokenizer(f, "qwen3"), loadGoldenTokenizer(f, "gpt-oss"), loadGoldenTokenizer(f, "deepseek-v3"), loadGoldenTokenizer(f, "llama2"), loadGoldenTokenizer(f, "gemma3")}
 	f.Fuzz(func(t *testing.T, s string, cut uint16) {
 		for _, tk := range toks {
 			ids := tk.Encode(s, false)

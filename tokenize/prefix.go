@@ -17,9 +17,10 @@ import (
 // pre-token at least a safety margin before the end of the cached text,
 // between two ASCII characters of different kinds (letter, digit, space,
 // punctuation), so no pre-tokenizer pattern, added token or normalization
-// can reach across the split. For tokenizers where no such split is exact
-// (SentencePiece-style files without a pre-tokenizer, or a normalizer other
-// than NFC) it only reuses exact repeats.
+// can reach across the split. SentencePiece-style files whose normalizer
+// only replaces spaces with U+2581 (Gemma 3) are split before a space
+// where no token joins U+2581 to the character before. For other files
+// (Llama 2's Prepend normalizer, Metaspace) it only reuses exact repeats.
 //
 // A PrefixCache is safe for concurrent use. It holds at most about maxBytes
 // of texts, ids and split points, evicting the least recently used entries.
@@ -99,7 +100,7 @@ func (c *PrefixCache) Encode(text string, addSpecialTokens bool) []uint32 {
 	switch {
 	case base != nil && len(base.text) == len(text):
 		ids, marks = base.ids, base.marks
-	case base != nil && t.splitSafe:
+	case base != nil && (t.splitSafe || t.spaceCut):
 		i := sort.Search(len(base.marks), func(i int) bool { return base.marks[i].off > len(base.text)-c.margin }) - 1
 		if i < 0 {
 			ids, marks = c.encodeFull(text)
@@ -107,7 +108,12 @@ func (c *PrefixCache) Encode(text string, addSpecialTokens bool) []uint32 {
 		}
 		m := base.marks[i]
 		var tailMarks []splitMark
-		tail := t.encode(text[m.off:], false, nil, &tailMarks)
+		var tail []uint32
+		if t.splitSafe {
+			tail = t.encode(text[m.off:], false, nil, &tailMarks)
+		} else {
+			tail, tailMarks = c.encodeSpaceCut(text[m.off:])
+		}
 		ids = make([]uint32, 0, m.nids+len(tail))
 		ids = append(append(ids, base.ids[:m.nids]...), tail...)
 		marks = append(make([]splitMark, 0, i+1+len(tailMarks)/4), base.marks[:i+1]...)
@@ -133,6 +139,10 @@ func (c *PrefixCache) Encode(text string, addSpecialTokens bool) []uint32 {
 }
 
 func (c *PrefixCache) encodeFull(text string) ([]uint32, []splitMark) {
+	if c.t.spaceCut {
+		ids, all := c.encodeSpaceCut(text)
+		return ids, c.keepSafe(text, nil, all, 0, 0)
+	}
 	if !c.t.splitSafe {
 		return c.t.encode(text, false, nil, nil), nil
 	}
@@ -143,7 +153,7 @@ func (c *PrefixCache) encodeFull(text string) ([]uint32, []splitMark) {
 
 // keepSafe appends to dst the marks of src (relative to off, with nids ids
 // before them) that are safe split points of text, at least markSpacing
-// apart.
+// apart. The marks of encodeSpaceCut are safe by construction.
 func (c *PrefixCache) keepSafe(text string, dst, src []splitMark, off, nids int) []splitMark {
 	last := -markSpacing
 	if len(dst) > 0 {
@@ -151,13 +161,41 @@ func (c *PrefixCache) keepSafe(text string, dst, src []splitMark, off, nids int)
 	}
 	for _, m := range src {
 		o := m.off + off
-		if o-last < markSpacing || !safeSplit(text, o) {
+		if o-last < markSpacing || !c.t.spaceCut && !safeSplit(text, o) {
 			continue
 		}
 		dst = append(dst, splitMark{o, m.nids + nids})
 		last = o
 	}
 	return dst
+}
+
+// encodeSpaceCut tokenizes text in pieces cut before spaces where that is
+// exact for a spaceCut tokenizer, and returns the cuts as marks.
+func (c *PrefixCache) encodeSpaceCut(text string) ([]uint32, []splitMark) {
+	t := c.t
+	var ids []uint32
+	var marks []splitMark
+	last := 0
+	for p := markSpacing; p < len(text); p++ {
+		if text[p] != ' ' || p-last < markSpacing {
+			continue
+		}
+		prev := rune(text[p-1])
+		if prev >= 0x80 || prev == '\'' {
+			continue
+		}
+		if prev == ' ' {
+			prev = '\u2581'
+		}
+		if t.model.joinBefore[prev] {
+			continue
+		}
+		ids = append(ids, t.encode(text[last:p], false, nil, nil)...)
+		marks = append(marks, splitMark{p, len(ids)})
+		last = p
+	}
+	return append(ids, t.encode(text[last:], false, nil, nil)...), marks
 }
 
 // asciiKind is 1 for letters, 2 for digits, 3 for whitespace and 4 for the

@@ -56,9 +56,32 @@ func TestPrefixCacheExact(t *testing.T) {
 					}
 				}
 				st := c.Stats()
-				if tk.splitSafe && st.Hits == 0 {
-					t.Errorf("seed %d: no cache hits: %+v", seed, st)
+				if (tk.splitSafe || tk.spaceCut) && st.TailBytes == 0 {
+					t.Errorf("seed %d: never re-tokenized only a tail: %+v", seed, st)
 				}
+			}
+		})
+	}
+}
+
+func TestPrefixCacheModes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		fam                 string
+		splitSafe, spaceCut bool
+	}{
+		{"qwen3", true, false},
+		{"llama3", true, false},
+		{"deepseek-v3", true, false},
+		{"gpt-oss", true, false},
+		{"llama2", false, false}, // Prepend adds U+2581 to every piece
+		{"gemma3", false, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.fam, func(t *testing.T) {
+			tk := loadGoldenTokenizer(t, tc.fam)
+			if tk.splitSafe != tc.splitSafe || tk.spaceCut != tc.spaceCut {
+				t.Errorf("splitSafe, spaceCut = %v, %v; want %v, %v", tk.splitSafe, tk.spaceCut, tc.splitSafe, tc.spaceCut)
 			}
 		})
 	}
@@ -114,7 +137,7 @@ func TestPrefixCacheConcurrent(t *testing.T) {
 // BenchmarkPrefixCacheSecondTurn re-tokenizes a 32K-token conversation that
 // gained one more turn, after the conversation itself was seen.
 func BenchmarkPrefixCacheSecondTurn(b *testing.B) {
-	for _, fam := range []string{"qwen3", "llama3", "gpt-oss"} {
+	for _, fam := range []string{"qwen3", "llama3", "gpt-oss", "gemma3"} {
 		b.Run(fam, func(b *testing.B) {
 			tk := loadGoldenTokenizer(b, fam)
 			corpus := tokGoldenInputs(b)["corpus_1mb"]

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 )
 
@@ -42,6 +43,12 @@ type Tokenizer struct {
 	// and tokenized piecewise (byte-level BPE after a Split pre-tokenizer,
 	// no per-piece prepending); PrefixCache relies on it.
 	splitSafe bool
+	// spaceCut reports whether text may be cut before a space (when the
+	// character before is not one that joins with U+2581) and tokenized
+	// piecewise: SentencePiece-style files whose normalizer only replaces
+	// spaces, whose pre-tokenizer does nothing after that, and whose added
+	// tokens hold no space. PrefixCache relies on it.
+	spaceCut bool
 
 	pool sync.Pool // *encodeState
 }
@@ -172,9 +179,24 @@ func FromJSON(data []byte) (*Tokenizer, error) {
 			t.splitSafe = false
 		}
 	}
+	t.spaceCut = t.model.splitRune == '\u2581' && t.meta == nil && len(t.norm) > 0
+	for _, op := range t.norm {
+		if r, ok := op.(replaceOp); !ok || r.old != " " || r.new != "\u2581" {
+			t.spaceCut = false
+		}
+	}
+	for _, st := range t.steps {
+		if string(st.literal) != " " {
+			t.spaceCut = false // a split on " " finds nothing after the normalizer
+		}
+	}
 	for _, a := range t.added {
 		if a.SingleWord || a.LStrip || a.RStrip {
 			t.splitSafe = false // they look at the text around a match
+			t.spaceCut = false
+		}
+		if strings.Contains(a.Content, " ") {
+			t.spaceCut = false
 		}
 	}
 	t.pool.New = func() any { return &encodeState{} }
