@@ -138,7 +138,7 @@ require (
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/term v0.46.0 // indirect
-	golang.org/x/text v0.42.0 // indirect
+	golang.org/x/text v0.42.0
 	golang.org/x/time v0.16.0 // indirect
 	gonum.org/v1/plot v0.17.0
 	google.golang.org/api v0.299.0 // indirect
