@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -59,10 +60,14 @@ type ModelConfig struct {
 	// Name is the model name clients send in "model". Required.
 	Name string `yaml:"name"`
 	// Tokenizer is a directory holding tokenizer.json and
-	// tokenizer_config.json; empty means use the workers' /tokenize.
+	// tokenizer_config.json, relative to the config file's directory;
+	// empty means use the workers' /tokenize.
 	Tokenizer string `yaml:"tokenizer"`
 	// BlockSize is the engines' KV block size in tokens. Default 16.
 	BlockSize int `yaml:"block_size"`
+	// TokenizerCacheMiB bounds the conversation prefix cache that lets a
+	// follow-up turn re-tokenize only its new tail. Default 64.
+	TokenizerCacheMiB int `yaml:"tokenizer_cache_mib"`
 }
 
 // WorkerConfig is one statically configured vLLM server (see
@@ -191,7 +196,7 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("read config: %w", err)
 	}
-	cfg, err := ParseConfig(b)
+	cfg, err := parseConfig(b, filepath.Dir(path))
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
@@ -199,8 +204,13 @@ func LoadConfig(path string) (Config, error) {
 }
 
 // ParseConfig strictly decodes YAML over the defaults and validates it. An
-// unknown key is an error naming the key and its line.
-func ParseConfig(b []byte) (Config, error) {
+// unknown key is an error naming the key and its line. Relative tokenizer
+// paths are taken from the working directory.
+func ParseConfig(b []byte) (Config, error) { return parseConfig(b, "") }
+
+// parseConfig is ParseConfig with relative tokenizer paths resolved
+// against dir (the config file's directory).
+func parseConfig(b []byte, dir string) (Config, error) {
 	cfg := DefaultConfig()
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -210,6 +220,12 @@ func ParseConfig(b []byte) (Config, error) {
 	for i := range cfg.Models {
 		if cfg.Models[i].BlockSize == 0 {
 			cfg.Models[i].BlockSize = defaultBlockSize
+		}
+		if cfg.Models[i].TokenizerCacheMiB == 0 {
+			cfg.Models[i].TokenizerCacheMiB = 64
+		}
+		if t := cfg.Models[i].Tokenizer; t != "" && dir != "" && !filepath.IsAbs(t) {
+			cfg.Models[i].Tokenizer = filepath.Join(dir, t)
 		}
 	}
 	if err := cfg.Validate(); err != nil {
@@ -246,6 +262,16 @@ func (c *Config) Validate() error {
 		models[m.Name] = true
 		if m.BlockSize < 1 {
 			bad("models[%d].block_size: must be positive, got %d", i, m.BlockSize)
+		}
+		if m.TokenizerCacheMiB < 0 {
+			bad("models[%d].tokenizer_cache_mib: must not be negative", i)
+		}
+		if m.Tokenizer != "" {
+			if _, err := os.Stat(filepath.Join(m.Tokenizer, "tokenizer.json")); err != nil {
+				if _, errGz := os.Stat(filepath.Join(m.Tokenizer, "tokenizer.json.gz")); errGz != nil {
+					bad("models[%d].tokenizer: %s holds no tokenizer.json", i, m.Tokenizer)
+				}
+			}
 		}
 	}
 	names := map[string]bool{}

@@ -26,6 +26,7 @@ import (
 	"github.com/warmpath/warmpath/extproc"
 	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/scoring"
+	"github.com/warmpath/warmpath/tokenize"
 )
 
 // healthServices are the gRPC health service names warmpath answers: the
@@ -51,7 +52,12 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		kvindex.WithTopic(cfg.KVIndex.Topic),
 		kvindex.WithReplayTimeout(time.Duration(cfg.KVIndex.ReplayTimeout)))
 	subs.Update(pool.workers)
+	tokens, err := newTokenSource(cfg, pool, reg)
+	if err != nil {
+		return err
+	}
 	router, err := scoring.New(cfg.Policy, cfg.scoringConfig(), scoring.Deps{
+		Tokens:     tokens,
 		Index:      prefixIndex{index},
 		Registerer: reg,
 		Logger:     log.With("component", "scoring"),
@@ -243,6 +249,31 @@ func (p *staticPool) Candidates(model string) ([]discovery.Worker, bool) {
 }
 
 func (p *staticPool) Models() []string { return p.models }
+
+// newTokenSource builds one tokenization pipeline per served model: local
+// when the model names a tokenizer directory, the workers' /tokenize
+// otherwise.
+func newTokenSource(cfg Config, pool extproc.Pool, reg prometheus.Registerer) (*tokenSource, error) {
+	m, err := tokenize.NewPipelineMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	ts := &tokenSource{pipes: map[string]*tokenize.Pipeline{}, pool: pool}
+	for _, mc := range cfg.Models {
+		p, err := tokenize.NewPipeline(mc.Name, mc.Tokenizer, mc.TokenizerCacheMiB<<20, m)
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+		ts.pipes[mc.Name] = p
+	}
+	for _, name := range pool.Models() {
+		if ts.pipes[name] == nil {
+			p, _ := tokenize.NewPipeline(name, "", 0, m) // remote only: cannot fail
+			ts.pipes[name] = p
+		}
+	}
+	return ts, nil
+}
 
 // anyUsable reports whether some worker can be routed to with a current
 // view: it publishes no KV events, or the index has caught up with them
