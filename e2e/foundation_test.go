@@ -53,6 +53,11 @@ func sseFor(name string) []string {
 }
 
 func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
+	if !strings.HasPrefix(r.URL.Path, "/v1/") {
+		// No /tokenize here: warmpath falls back to approximate routing.
+		http.NotFound(w, r)
+		return
+	}
 	body, _ := io.ReadAll(r.Body)
 	u.mu.Lock()
 	u.bodies = append(u.bodies, string(body))
