@@ -102,11 +102,11 @@ func TestStaticReload(t *testing.T) {
 		edits []edit
 	}{
 		{
-			name: "in-place good edit",
+			name:  "in-place good edit",
 			edits: []edit{{write: writeFile, content: good + "c 10.0.0.3:8000 qwen\n", wantSet: []string{"a", "b", "c"}, wantResult: "applied"}},
 		},
 		{
-			name: "rename-replace good edit",
+			name:  "rename-replace good edit",
 			edits: []edit{{write: renameReplace, content: "z 10.0.0.9:8000 qwen\n", wantSet: []string{"z"}, wantResult: "applied"}},
 		},
 		{
@@ -117,7 +117,7 @@ func TestStaticReload(t *testing.T) {
 			},
 		},
 		{
-			name: "invalid set is rejected",
+			name:  "invalid set is rejected",
 			edits: []edit{{write: renameReplace, content: "a 10.0.0.1:8000 qwen\na 10.0.0.2:8000 qwen\n", wantLog: `worker \"a\": duplicate name`, wantResult: "rejected"}},
 		},
 		{
