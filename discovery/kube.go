@@ -226,15 +226,15 @@ func (k *Kubernetes) Run(ctx context.Context, out *Updates) error {
 	first := true
 	for {
 		ws := k.build(podInf.GetStore(), poolStore)
+		if first {
+			k.synced.Store(true)
+			k.log.Info("discovery: kubernetes caches synced", "namespace", k.cfg.Namespace, "workers", len(ws))
+		}
 		if first || !reflect.DeepEqual(ws, last) {
 			out.Publish(ws)
 			last = ws
 		}
-		if first {
-			first = false
-			k.synced.Store(true)
-			k.log.Info("discovery: kubernetes caches synced", "namespace", k.cfg.Namespace, "workers", len(ws))
-		}
+		first = false
 		select {
 		case <-ctx.Done():
 			return nil
