@@ -208,3 +208,39 @@ func TestStaticFirstLoadFails(t *testing.T) {
 		t.Fatal("NewStatic with a nil loader succeeded")
 	}
 }
+
+func TestPoolWithStaticSource(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "workers")
+	writeFile(t, path, "a 10.0.0.1:8000 qwen\n")
+	var logs syncBuffer
+	src, err := NewStatic(path, lineLoader, 5*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPool(src, HealthConfig{ActiveInterval: -1}, WithLogger(testLogger(&logs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	watch := p.Watch(t.Context())
+	waitFor(t, func() bool { return p.Ready() })
+	renameReplace(t, path, "a 10.0.0.1:8000 qwen\nb 10.0.0.2:8000 qwen,llama\n")
+	for ws := range watch {
+		if slices.Equal(names(ws), []string{"a", "b"}) {
+			break
+		}
+	}
+	if got := p.Models(); !slices.Equal(got, []string{"llama", "qwen"}) {
+		t.Fatalf("Models = %v", got)
+	}
+	if !strings.Contains(logs.String(), "added=[b]") {
+		t.Errorf("set change not logged:\n%s", logs.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
