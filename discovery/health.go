@@ -83,7 +83,8 @@ func (s *workerState) usable(now time.Time) bool {
 
 // ReportResult records the outcome of a request sent to worker, from the
 // response path: err is a failure to connect to or read from the worker
-// (nil when a response arrived) and status the HTTP status (0 when none).
+// (nil when a response arrived) and status the HTTP status (0 when none;
+// no status and no error counts as a connection failure).
 // A connection failure ejects the worker at once; FailureThreshold
 // consecutive 5xx responses eject it. The ejection lasts BaseEjection,
 // doubling with each further ejection up to MaxEjection; after it ends the
@@ -129,7 +130,6 @@ func (p *Pool) ReportResult(worker string, err error, status int) {
 	if d > 0 {
 		p.ejections.Inc()
 		p.log.Warn("discovery: worker ejected", "worker", worker, "for", d, "reason", reason)
-		p.refreshGauges()
 	}
 }
 
@@ -175,7 +175,6 @@ func (p *Pool) CheckNow(ctx context.Context) {
 		})
 	}
 	wg.Wait()
-	p.refreshGauges()
 }
 
 func (p *Pool) check(ctx context.Context, addr string) error {

@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -27,15 +28,16 @@ type Pool struct {
 	now    func() time.Time
 	client *http.Client
 
-	snap atomic.Pointer[snapshot]
+	snap    atomic.Pointer[snapshot]
+	applyMu sync.Mutex // serialises Apply, so sets reach watchers in order
 
 	mu       sync.Mutex // guards watchers
 	watchers map[chan []Worker]struct{}
 
-	updates     *prometheus.CounterVec
-	ejections   prometheus.Counter
-	checks      *prometheus.CounterVec
-	stateGauges *prometheus.GaugeVec
+	updates   *prometheus.CounterVec
+	ejections prometheus.Counter
+	checks    *prometheus.CounterVec
+	states    *prometheus.Desc
 }
 
 // snapshot is one immutable worker set with its per-worker health state.
@@ -74,10 +76,8 @@ func NewPool(src Source, hc HealthConfig, opts ...Option) (*Pool, error) {
 			Name: "warmpath_discovery_health_checks_total",
 			Help: "Active /health checks, by result (pass, fail).",
 		}, []string{"result"}),
-		stateGauges: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "warmpath_discovery_workers",
-			Help: "Workers in the current set, by state (usable, ejected, unhealthy), as of the last change or check.",
-		}, []string{"state"}),
+		states: prometheus.NewDesc("warmpath_discovery_workers",
+			"Workers in the current set, by state (usable, ejected, unhealthy).", []string{"state"}, nil),
 	}
 	if p.client == nil {
 		p.client = defaultHTTPClient()
@@ -89,20 +89,22 @@ func NewPool(src Source, hc HealthConfig, opts ...Option) (*Pool, error) {
 	for _, r := range []string{"pass", "fail"} {
 		p.checks.WithLabelValues(r)
 	}
-	if err := register(o.reg, p.updates, p.ejections, p.checks, p.stateGauges); err != nil {
-		return nil, err
+	if err := register(o.reg, p.updates, p.ejections, p.checks, stateCollector{p}); err != nil {
+		return nil, fmt.Errorf("pool: %w", err)
 	}
-	p.refreshGauges()
 	return p, nil
 }
 
 // Run runs the source, applies every worker set it publishes and, when
 // enabled, the active health checker, until ctx is done or the source
 // fails. It returns nil on cancellation and the source's error otherwise.
+// With a nil source Run only checks health; the caller then feeds Apply.
 func (p *Pool) Run(ctx context.Context) error {
 	up := NewUpdates()
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return p.src.Run(ctx, up) })
+	if p.src != nil {
+		g.Go(func() error { return p.src.Run(ctx, up) })
+	}
 	g.Go(func() error {
 		for {
 			select {
@@ -126,6 +128,8 @@ func (p *Pool) Run(ctx context.Context) error {
 // set stays. Health state carries over for workers whose name and address
 // are unchanged. Run calls Apply; it is exported for wiring without a Source.
 func (p *Pool) Apply(ws []Worker) {
+	p.applyMu.Lock()
+	defer p.applyMu.Unlock()
 	if err := ValidateWorkers(ws); err != nil {
 		p.updates.WithLabelValues("rejected").Inc()
 		p.log.Error("discovery: worker set rejected, keeping the current set", "err", err)
@@ -139,7 +143,6 @@ func (p *Pool) Apply(ws []Worker) {
 	if len(added)+len(removed) > 0 {
 		p.log.Info("discovery: worker set changed", "workers", len(next.workers), "added", added, "removed", removed)
 	}
-	p.refreshGauges()
 	p.notify(next.workers)
 }
 
@@ -258,9 +261,15 @@ func (p *Pool) Ready() bool {
 	return false
 }
 
-func (p *Pool) refreshGauges() {
-	s := p.snap.Load()
-	now := p.now()
+// stateCollector exports the number of workers per state, computed when
+// scraped so that ejections that have run out are not reported.
+type stateCollector struct{ p *Pool }
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.p.states }
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.p.snap.Load()
+	now := c.p.now()
 	var usable, ejected, unhealthy float64
 	for _, st := range s.states {
 		switch {
@@ -272,7 +281,7 @@ func (p *Pool) refreshGauges() {
 			usable++
 		}
 	}
-	p.stateGauges.WithLabelValues("usable").Set(usable)
-	p.stateGauges.WithLabelValues("ejected").Set(ejected)
-	p.stateGauges.WithLabelValues("unhealthy").Set(unhealthy)
+	ch <- prometheus.MustNewConstMetric(c.p.states, prometheus.GaugeValue, usable, "usable")
+	ch <- prometheus.MustNewConstMetric(c.p.states, prometheus.GaugeValue, ejected, "ejected")
+	ch <- prometheus.MustNewConstMetric(c.p.states, prometheus.GaugeValue, unhealthy, "unhealthy")
 }

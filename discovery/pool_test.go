@@ -172,7 +172,7 @@ func TestPoolCandidates(t *testing.T) {
 		t.Errorf("rejected updates = %v, want 1", got)
 	}
 	const want = `
-# HELP warmpath_discovery_workers Workers in the current set, by state (usable, ejected, unhealthy), as of the last change or check.
+# HELP warmpath_discovery_workers Workers in the current set, by state (usable, ejected, unhealthy).
 # TYPE warmpath_discovery_workers gauge
 warmpath_discovery_workers{state="ejected"} 0
 warmpath_discovery_workers{state="unhealthy"} 0
@@ -290,7 +290,7 @@ func (e *dialError) Unwrap() error { return e.errno }
 
 func TestReadyAndEjectionKeepsMembership(t *testing.T) {
 	t.Parallel()
-	p, _, reg := newTestPool(t, HealthConfig{})
+	p, clk, reg := newTestPool(t, HealthConfig{})
 	if p.Ready() {
 		t.Fatal("empty pool is ready")
 	}
@@ -318,7 +318,7 @@ func TestReadyAndEjectionKeepsMembership(t *testing.T) {
 		t.Fatalf("ejections = %v", got)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP warmpath_discovery_workers Workers in the current set, by state (usable, ejected, unhealthy), as of the last change or check.
+# HELP warmpath_discovery_workers Workers in the current set, by state (usable, ejected, unhealthy).
 # TYPE warmpath_discovery_workers gauge
 warmpath_discovery_workers{state="ejected"} 1
 warmpath_discovery_workers{state="unhealthy"} 0
@@ -334,6 +334,18 @@ warmpath_discovery_workers{state="usable"} 0
 	p.Apply([]Worker{w("a", "h:9", "m")})
 	if !p.Ready() {
 		t.Fatal("a worker with a new address inherited the old ejection")
+	}
+	// The state gauge is computed when scraped: an ejection that ran out shows as usable.
+	p.ReportResult("a", errors.New("connection refused"), 0)
+	clk.Advance(time.Second)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP warmpath_discovery_workers Workers in the current set, by state (usable, ejected, unhealthy).
+# TYPE warmpath_discovery_workers gauge
+warmpath_discovery_workers{state="ejected"} 0
+warmpath_discovery_workers{state="unhealthy"} 0
+warmpath_discovery_workers{state="usable"} 1
+`), "warmpath_discovery_workers"); err != nil {
+		t.Error(err)
 	}
 }
 
