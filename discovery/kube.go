@@ -219,6 +219,8 @@ func (k *Kubernetes) Run(ctx context.Context, out *Updates) error {
 	}
 	defer cancel() // runs before the Shutdowns above, which wait for the informers
 	factory.Start(ctx.Done())
+	k.log.Info("discovery: waiting for kubernetes caches", "namespace", k.cfg.Namespace,
+		"selector", k.cfg.LabelSelector, "inferencepool", k.cfg.InferencePool)
 	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
 		return nil // cancelled before the caches synced
 	}
