@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/warmpath/warmpath/discovery/enginemetrics"
 )
 
 // WorkerLister is what the Scraper and Guard need from a Pool: the current
@@ -56,6 +57,14 @@ func (c ScrapeConfig) withDefaults() ScrapeConfig {
 	return c
 }
 
+// EngineMetrics, LoRAInfo and CacheConfig are the figures read from a
+// worker's /metrics; see package enginemetrics.
+type (
+	EngineMetrics = enginemetrics.Metrics
+	LoRAInfo      = enginemetrics.LoRAInfo
+	CacheConfig   = enginemetrics.CacheConfig
+)
+
 // EngineLoad is the last known load of one worker.
 type EngineLoad struct {
 	EngineMetrics
@@ -96,7 +105,10 @@ type Scraper struct {
 	duration prometheus.Histogram
 }
 
-type scrapeBufs struct{ body, filtered []byte }
+type scrapeBufs struct {
+	body   []byte
+	parser enginemetrics.Parser
+}
 
 // Scrape results, the values of the result label of
 // warmpath_discovery_scrapes_total.
@@ -230,8 +242,7 @@ func (s *Scraper) scrape(ctx context.Context, addr string) (EngineMetrics, error
 	if err != nil {
 		return EngineMetrics{}, err
 	}
-	b.filtered = filterExposition(b.filtered[:0], b.body)
-	m, err := parseFiltered(b.filtered)
+	m, err := b.parser.Parse(b.body)
 	if err != nil {
 		s.scrapes.WithLabelValues(scrapeBadBody).Inc()
 		return EngineMetrics{}, fmt.Errorf("scrape %s: %w", addr, err)

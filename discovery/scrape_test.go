@@ -13,8 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // staticLister is a fixed worker set.
@@ -65,7 +63,7 @@ func (m *metricsServer) set(status int, body []byte) {
 
 func readFixture(t testing.TB, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile("testdata/" + name)
+	b, err := os.ReadFile("enginemetrics/testdata/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,34 +186,6 @@ func cpuTime(tb testing.TB) time.Duration {
 		tb.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func BenchmarkParseEngineMetrics(b *testing.B) {
-	for _, name := range []string{"vllm-single.prom", "vllm-dp2.prom"} {
-		text := readFixture(b, name)
-		b.Run(name+"/filtered", func(b *testing.B) {
-			b.SetBytes(int64(len(text)))
-			b.ReportAllocs()
-			var buf []byte
-			for b.Loop() {
-				buf = filterExposition(buf[:0], text)
-				if _, err := parseFiltered(buf); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-		b.Run(name+"/expfmt-whole", func(b *testing.B) {
-			// Reference: what a scrape would cost without the line filter.
-			b.SetBytes(int64(len(text)))
-			b.ReportAllocs()
-			for b.Loop() {
-				p := expfmt.NewTextParser(model.LegacyValidation)
-				if _, err := p.TextToMetricFamilies(bytes.NewReader(text)); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
 }
 
 // BenchmarkScrape100Workers measures one scrape round of 100 workers

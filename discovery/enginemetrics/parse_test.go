@@ -1,6 +1,7 @@
-package discovery
+package enginemetrics
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"math"
@@ -9,6 +10,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // want mirrors the *.want.json files written by testdata/gen_vllm_metrics.py.
@@ -24,7 +28,7 @@ type wantMetrics struct {
 	CacheConfig        *CacheConfig `json:"cache_config"`
 }
 
-func TestParseEngineMetricsFixtures(t *testing.T) {
+func TestParseFixtures(t *testing.T) {
 	t.Parallel()
 	files, err := filepath.Glob("testdata/*.prom")
 	if err != nil || len(files) < 3 {
@@ -45,9 +49,9 @@ func TestParseEngineMetricsFixtures(t *testing.T) {
 			if err := json.Unmarshal(wb, &want); err != nil {
 				t.Fatal(err)
 			}
-			got, err := ParseEngineMetrics(text)
+			got, err := Parse(text)
 			if err != nil {
-				t.Fatalf("ParseEngineMetrics: %v", err)
+				t.Fatalf("Parse: %v", err)
 			}
 			if math.Abs(got.KVCacheUsage-want.KVCacheUsage) > 1e-9 || !got.HasKVCacheUsage {
 				t.Errorf("KVCacheUsage = %v (has %v), want %v", got.KVCacheUsage, got.HasKVCacheUsage, want.KVCacheUsage)
@@ -65,53 +69,53 @@ func TestParseEngineMetricsFixtures(t *testing.T) {
 	}
 }
 
-func TestParseEngineMetricsEdgeCases(t *testing.T) {
+func TestParseEdgeCases(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
 		text    string
-		want    EngineMetrics
+		want    Metrics
 		wantErr error
 	}{
-		{name: "empty", text: "", wantErr: ErrNotEngineMetrics},
-		{name: "not vllm", text: "# TYPE up gauge\nup 1\n", wantErr: ErrNotEngineMetrics},
-		{name: "garbage in a kept family", text: "vllm:num_requests_running{engine=\"0\" 3\n", wantErr: ErrMalformedMetrics},
-		{name: "garbage elsewhere is skipped", text: "foo{{{ bar\nvllm:num_requests_waiting 2\n", want: EngineMetrics{Waiting: 2, Engines: 1}},
-		{name: "NaN", text: "vllm:num_requests_running NaN\n", wantErr: ErrInvalidMetricValue},
-		{name: "negative", text: "vllm:num_requests_waiting -1\n", wantErr: ErrInvalidMetricValue},
-		{name: "infinite usage", text: "vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc +Inf\n", wantErr: ErrInvalidMetricValue},
-		{name: "bad block size", text: "vllm:num_requests_waiting 0\nvllm:cache_config_info{block_size=\"sixteen\"} 1\n", wantErr: ErrInvalidMetricValue},
-		{name: "bad max_lora", text: "vllm:num_requests_waiting 0\nvllm:lora_requests_info{max_lora=\"x\"} 1\n", wantErr: ErrInvalidMetricValue},
+		{name: "empty", text: "", wantErr: ErrNotEngine},
+		{name: "not vllm", text: "# TYPE up gauge\nup 1\n", wantErr: ErrNotEngine},
+		{name: "garbage in a kept family", text: "vllm:num_requests_running{engine=\"0\" 3\n", wantErr: ErrMalformed},
+		{name: "garbage elsewhere is skipped", text: "foo{{{ bar\nvllm:num_requests_waiting 2\n", want: Metrics{Waiting: 2, Engines: 1}},
+		{name: "NaN", text: "vllm:num_requests_running NaN\n", wantErr: ErrInvalidValue},
+		{name: "negative", text: "vllm:num_requests_waiting -1\n", wantErr: ErrInvalidValue},
+		{name: "infinite usage", text: "vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc +Inf\n", wantErr: ErrInvalidValue},
+		{name: "bad block size", text: "vllm:num_requests_waiting 0\nvllm:cache_config_info{block_size=\"sixteen\"} 1\n", wantErr: ErrInvalidValue},
+		{name: "bad max_lora", text: "vllm:num_requests_waiting 0\nvllm:lora_requests_info{max_lora=\"x\"} 1\n", wantErr: ErrInvalidValue},
 		{
 			name: "untyped, no trailing newline, CRLF-free minimal server",
 			text: "vllm:num_requests_running{engine=\"0\"} 2\nvllm:num_requests_running{engine=\"1\"} 3\nvllm:num_requests_waiting 1",
-			want: EngineMetrics{Running: 5, Waiting: 1, Engines: 2},
+			want: Metrics{Running: 5, Waiting: 1, Engines: 2},
 		},
 		{
 			name: "old gpu names only",
 			text: "vllm:num_requests_running 1\nvllm:gpu_cache_usage_perc 0.5\nvllm:gpu_prefix_cache_queries_total 10\nvllm:gpu_prefix_cache_hits_total 4\n",
-			want: EngineMetrics{Running: 1, Engines: 1, KVCacheUsage: 0.5, HasKVCacheUsage: true, PrefixCacheQueries: 10, PrefixCacheHits: 4},
+			want: Metrics{Running: 1, Engines: 1, KVCacheUsage: 0.5, HasKVCacheUsage: true, PrefixCacheQueries: 10, PrefixCacheHits: 4},
 		},
 		{
 			name: "new name wins over old",
 			text: "vllm:num_requests_running 1\nvllm:gpu_cache_usage_perc 0.5\nvllm:kv_cache_usage_perc 0.25\n",
-			want: EngineMetrics{Running: 1, Engines: 1, KVCacheUsage: 0.25, HasKVCacheUsage: true},
+			want: Metrics{Running: 1, Engines: 1, KVCacheUsage: 0.25, HasKVCacheUsage: true},
 		},
 		{
 			name: "prefix caching off, lowercase, None blocks",
 			text: "vllm:num_requests_running 0\nvllm:cache_config_info{block_size=\"16\",enable_prefix_caching=\"false\",num_gpu_blocks=\"None\"} 1\n",
-			want: EngineMetrics{Engines: 1, CacheConfig: &CacheConfig{BlockSize: 16}},
+			want: Metrics{Engines: 1, CacheConfig: &CacheConfig{BlockSize: 16}},
 		},
 		{
 			name: "lora: newest label set wins, empty lists",
 			text: "vllm:num_requests_running 0\nvllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"a\",waiting_lora_adapters=\"\"} 5\nvllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"} 9\n",
-			want: EngineMetrics{Engines: 1, LoRA: &LoRAInfo{MaxLoRA: 2, Running: []string{}, Waiting: []string{}}},
+			want: Metrics{Engines: 1, LoRA: &LoRAInfo{MaxLoRA: 2, Running: []string{}, Waiting: []string{}}},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := ParseEngineMetrics([]byte(tc.text))
+			got, err := Parse([]byte(tc.text))
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
 					t.Fatalf("err = %v, want %v", err, tc.wantErr)
@@ -140,7 +144,7 @@ func TestFilterExposition(t *testing.T) {
 	}
 }
 
-func FuzzParseEngineMetrics(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	files, _ := filepath.Glob("testdata/*.prom")
 	for _, p := range files {
 		b, err := os.ReadFile(p)
@@ -153,9 +157,9 @@ func FuzzParseEngineMetrics(f *testing.F) {
 	f.Add([]byte("# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"16\"} 1\n"))
 	f.Add([]byte("vllm:lora_requests_info{max_lora=\"1\",running_lora_adapters=\",,\"} 1e9\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := ParseEngineMetrics(b)
+		m, err := Parse(b)
 		if err != nil {
-			if !errors.Is(err, ErrMalformedMetrics) && !errors.Is(err, ErrNotEngineMetrics) && !errors.Is(err, ErrInvalidMetricValue) {
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrNotEngine) && !errors.Is(err, ErrInvalidValue) {
 				t.Fatalf("undefined error %v", err)
 			}
 			return
@@ -164,4 +168,57 @@ func FuzzParseEngineMetrics(f *testing.F) {
 			t.Fatalf("impossible load %+v", m)
 		}
 	})
+}
+
+func readFixture(tb testing.TB, name string) []byte {
+	tb.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+func TestParserReuse(t *testing.T) {
+	t.Parallel()
+	var p Parser
+	a, err := p.Parse(readFixture(t, "vllm-dp2.prom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Parse([]byte("vllm:num_requests_running 1\n")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Parse(readFixture(t, "vllm-dp2.prom"))
+	if err != nil || !reflect.DeepEqual(a, b) {
+		t.Fatalf("reused parser: %+v, %v; want %+v", b, err, a)
+	}
+}
+
+func BenchmarkParse(b *testing.B) {
+	for _, name := range []string{"vllm-single.prom", "vllm-dp2.prom"} {
+		text := readFixture(b, name)
+		b.Run(name+"/filtered", func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			b.ReportAllocs()
+			var buf []byte
+			for b.Loop() {
+				buf = filterExposition(buf[:0], text)
+				if _, err := parseFiltered(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(name+"/expfmt-whole", func(b *testing.B) {
+			// Reference: what a scrape would cost without the line filter.
+			b.SetBytes(int64(len(text)))
+			b.ReportAllocs()
+			for b.Loop() {
+				p := expfmt.NewTextParser(model.LegacyValidation)
+				if _, err := p.TextToMetricFamilies(bytes.NewReader(text)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -1,4 +1,4 @@
-package discovery
+package enginemetrics
 
 import (
 	"bytes"
@@ -35,22 +35,22 @@ var wantedMetrics = map[string]bool{
 	metricPreemptions: true, metricLoRAInfo: true, metricCacheConfig: true,
 }
 
-// Errors of ParseEngineMetrics. They are wrapped; test with errors.Is.
+// Errors of Parse. They are wrapped; test with errors.Is.
 var (
-	// ErrMalformedMetrics means the exposition is not valid Prometheus text.
-	ErrMalformedMetrics = errors.New("malformed metrics exposition")
-	// ErrNotEngineMetrics means the exposition holds neither
+	// ErrMalformed means the exposition is not valid Prometheus text.
+	ErrMalformed = errors.New("malformed metrics exposition")
+	// ErrNotEngine means the exposition holds neither
 	// vllm:num_requests_running nor vllm:num_requests_waiting: the address
 	// is probably not a vLLM server.
-	ErrNotEngineMetrics = errors.New("no vllm engine metrics")
-	// ErrInvalidMetricValue means a kept metric has a value that cannot be
-	// a load figure (negative, NaN or infinite) or a malformed info label.
-	ErrInvalidMetricValue = errors.New("invalid engine metric value")
+	ErrNotEngine = errors.New("no vllm engine metrics")
+	// ErrInvalidValue means a kept metric has a value that cannot be a
+	// load figure (negative, NaN or infinite) or a malformed info label.
+	ErrInvalidValue = errors.New("invalid engine metric value")
 )
 
-// EngineMetrics are the load figures of one vLLM server, summed over its
+// Metrics are the load figures of one vLLM server, summed over its
 // engines (data-parallel ranks) and served model names.
-type EngineMetrics struct {
+type Metrics struct {
 	// Running and Waiting are vllm:num_requests_running and
 	// vllm:num_requests_waiting.
 	Running int `json:"running"`
@@ -93,13 +93,28 @@ type CacheConfig struct {
 	HashAlgo      string `json:"hash_algo,omitempty"`
 }
 
-// ParseEngineMetrics reads a vLLM /metrics exposition in the Prometheus
-// text format and extracts the engine load. Lines of other metric
-// families are skipped before parsing, so histograms and process metrics
-// cost almost nothing. It never panics on bad input; errors wrap
-// ErrMalformedMetrics, ErrNotEngineMetrics or ErrInvalidMetricValue.
-func ParseEngineMetrics(exposition []byte) (EngineMetrics, error) {
-	return parseFiltered(filterExposition(nil, exposition))
+// Parse reads a vLLM /metrics exposition in the Prometheus text format
+// (version 0.0.4, as prometheus_client writes it) and extracts the engine
+// load. Lines of other metric families are dropped before the
+// expfmt parser sees them, so histograms and process metrics cost almost
+// nothing. It never panics on bad input; errors wrap ErrMalformed,
+// ErrNotEngine or ErrInvalidValue.
+func Parse(exposition []byte) (Metrics, error) {
+	var p Parser
+	return p.Parse(exposition)
+}
+
+// A Parser parses expositions like Parse, reusing its buffer between
+// calls. The zero value is ready to use. A Parser must not be used by
+// several goroutines at once.
+type Parser struct {
+	buf []byte
+}
+
+// Parse is like the package-level Parse.
+func (p *Parser) Parse(exposition []byte) (Metrics, error) {
+	p.buf = filterExposition(p.buf[:0], exposition)
+	return parseFiltered(p.buf)
 }
 
 // filterExposition appends to dst the lines of src that belong to wanted
@@ -142,17 +157,17 @@ func lineMetricName(line []byte) []byte {
 	return line[:end]
 }
 
-func parseFiltered(text []byte) (EngineMetrics, error) {
-	var m EngineMetrics
+func parseFiltered(text []byte) (Metrics, error) {
+	var m Metrics
 	p := expfmt.NewTextParser(model.LegacyValidation)
 	fams, err := p.TextToMetricFamilies(bytes.NewReader(text))
 	if err != nil {
-		return m, fmt.Errorf("%w: %w", ErrMalformedMetrics, err)
+		return m, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	running, okR := fams[metricRunning]
 	waiting, okW := fams[metricWaiting]
 	if !okR && !okW {
-		return m, ErrNotEngineMetrics
+		return m, ErrNotEngine
 	}
 	engines := map[string]bool{}
 	var errs []error
@@ -242,7 +257,7 @@ func sum(f *dto.MetricFamily) (float64, error) {
 	for _, s := range f.GetMetric() {
 		v := value(s)
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-			return 0, fmt.Errorf("%w: %s = %v", ErrInvalidMetricValue, f.GetName(), v)
+			return 0, fmt.Errorf("%w: %s = %v", ErrInvalidValue, f.GetName(), v)
 		}
 		total += v
 	}
@@ -274,7 +289,7 @@ func parseLoRA(f *dto.MetricFamily) (*LoRAInfo, error) {
 	if v, ok := label(best, "max_lora"); ok && v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return nil, fmt.Errorf("%w: %s max_lora %q", ErrInvalidMetricValue, metricLoRAInfo, v)
+			return nil, fmt.Errorf("%w: %s max_lora %q", ErrInvalidValue, metricLoRAInfo, v)
 		}
 		info.MaxLoRA = n
 	}
@@ -318,7 +333,7 @@ func parseCacheConfig(f *dto.MetricFamily) (*CacheConfig, error) {
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return 0, fmt.Errorf("%w: %s %s %q", ErrInvalidMetricValue, metricCacheConfig, name, v)
+			return 0, fmt.Errorf("%w: %s %s %q", ErrInvalidValue, metricCacheConfig, name, v)
 		}
 		return n, nil
 	}
