@@ -2,6 +2,8 @@ package discovery
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -501,5 +503,33 @@ func TestKubeConfigValidate(t *testing.T) {
 	}
 	if _, err := NewKubernetes(fake.NewClientset(), nil, KubeConfig{Namespace: "a", InferencePool: "p"}); err == nil {
 		t.Fatal("InferencePool without a dynamic client accepted")
+	}
+}
+
+func TestKubeClientsFromKubeconfig(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good := filepath.Join(dir, "config")
+	if err := os.WriteFile(good, []byte(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:6443", insecure-skip-tls-verify: true}
+users:
+- name: u
+  user: {token: secret}
+contexts:
+- name: x
+  context: {cluster: c, user: u, namespace: llm}
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cs, dyn, err := KubeClients(good)
+	if err != nil || cs == nil || dyn == nil {
+		t.Fatalf("KubeClients(good) = %v, %v, %v", cs, dyn, err)
+	}
+	if _, _, err := KubeClients(filepath.Join(dir, "missing")); err == nil {
+		t.Fatal("KubeClients with a missing kubeconfig succeeded")
 	}
 }
