@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -120,7 +121,7 @@ func TestStatusView(t *testing.T) {
 	t.Parallel()
 	p, _, _ := newTestPool(t, HealthConfig{})
 	p.Apply([]Worker{{Name: "a", Address: "h:1", Models: []string{"qwen3"}, KVEvents: "tcp://h:5557"}, w("b", "h:2", "qwen3")})
-	p.ReportResult("b", errTooLarge, 0)
+	p.ReportResult("b", 0, &dialError{syscall.ECONNREFUSED})
 	lister := &staticLister{}
 	lister.set(p.Workers()...)
 	g, err := NewGuard(p, mapLoads{"a": withCache(32, true, "")}, GuardConfig{BlockSize: func(string) int { return 16 }})

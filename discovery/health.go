@@ -5,17 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
 // HealthConfig configures health checking. The zero value of each field
 // selects its default.
 type HealthConfig struct {
-	// FailureThreshold is how many consecutive 5xx responses eject a
-	// worker. A connection failure ejects at once. Default 3.
+	// FailureThreshold is how many consecutive failures (5xx, or no
+	// response) eject a worker. A failure to connect ejects at once.
+	// Default 3.
 	FailureThreshold int
 	// BaseEjection is the first ejection period; each further ejection
 	// without a success in between doubles it. Default 1 s.
@@ -82,17 +85,20 @@ func (s *workerState) usable(now time.Time) bool {
 }
 
 // ReportResult records the outcome of a request sent to worker, from the
-// response path: err is a failure to connect to or read from the worker
-// (nil when a response arrived) and status the HTTP status (0 when none;
-// no status and no error counts as a connection failure).
-// A connection failure ejects the worker at once; FailureThreshold
-// consecutive 5xx responses eject it. The ejection lasts BaseEjection,
-// doubling with each further ejection up to MaxEjection; after it ends the
-// worker gets requests again and a single further failure ejects it anew.
-// Any response below 500 clears the failure history. context.Canceled
-// (the client went away) is not the worker's fault and is ignored, as are
-// unknown workers.
-func (p *Pool) ReportResult(worker string, err error, status int) {
+// response path: status is the HTTP status (0 when no response arrived) and
+// err the reason no response arrived (nil when one did). Its argument order
+// matches extproc.HealthReporter.
+//
+// A failure is a 5xx status or a non-nil err. A failure to connect
+// (connection refused or any other dial error, see IsDialError) ejects the
+// worker at once; FailureThreshold consecutive other failures eject it.
+// The ejection lasts BaseEjection, doubling with each further ejection up
+// to MaxEjection; after it ends the worker gets requests again and a single
+// further failure ejects it anew. Any response below 500 clears the
+// failure history. context.Canceled (the client went away) is not the
+// worker's fault and is ignored, as are unknown workers. Callers should pass
+// context.Canceled, not a generic error, when the client left first.
+func (p *Pool) ReportResult(worker string, status int, err error) {
 	if errors.Is(err, context.Canceled) {
 		return
 	}
@@ -115,7 +121,7 @@ func (p *Pool) ReportResult(worker string, err error, status int) {
 		reason = err.Error()
 	}
 	st.lastErr = reason
-	eject := err != nil || status == 0 || st.failures >= p.health.FailureThreshold || st.ejections > 0
+	eject := IsDialError(err) || st.failures >= p.health.FailureThreshold || st.ejections > 0
 	var d time.Duration
 	if eject && !st.ejected(now) {
 		st.ejections++
@@ -131,6 +137,24 @@ func (p *Pool) ReportResult(worker string, err error, status int) {
 		p.ejections.Inc()
 		p.log.Warn("discovery: worker ejected", "worker", worker, "for", d, "reason", reason)
 	}
+}
+
+// IsDialError reports whether err is a failure to open a connection
+// (refused, unreachable, DNS or dial timeout), as opposed to a failure on
+// an established one.
+func IsDialError(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
+		return true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns)
 }
 
 func (p *Pool) runActive(ctx context.Context) error {

@@ -192,16 +192,27 @@ func diffNames(old, next *snapshot) (added, removed []string) {
 
 // Candidates returns the workers serving model that may receive a new
 // request now: not ejected by passive health checking and not failing
-// active checks. known is false when no worker in the set serves model at
-// all (an unknown model), and true when some do, even if none is usable.
-// The returned slice is the caller's; the Workers in it must not be mutated.
+// active checks. An empty model asks for every usable worker (requests
+// that name no model, such as GET /v1/models). known is false when no
+// worker in the set serves model at all (an unknown model, or an empty
+// set), and true when some do, even if none is usable. The returned slice
+// is the caller's; the Workers in it must not be mutated.
 func (p *Pool) Candidates(model string) (ws []Worker, known bool) {
 	s := p.snap.Load()
+	now := p.now()
+	if model == "" {
+		ws = make([]Worker, 0, len(s.workers))
+		for i, w := range s.workers {
+			if s.states[i].usable(now) {
+				ws = append(ws, w)
+			}
+		}
+		return ws, len(s.workers) > 0
+	}
 	idx, known := s.byModel[model]
 	if !known {
 		return nil, false
 	}
-	now := p.now()
 	ws = make([]Worker, 0, len(idx))
 	for _, i := range idx {
 		if s.states[i].usable(now) {

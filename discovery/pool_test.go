@@ -3,6 +3,8 @@ package discovery
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -144,6 +146,9 @@ func TestPoolCandidates(t *testing.T) {
 	if ws, known := p.Candidates("qwen"); known || ws != nil {
 		t.Fatalf("empty pool: Candidates = %v, %v", ws, known)
 	}
+	if ws, known := p.Candidates(""); known || len(ws) != 0 {
+		t.Fatalf(`empty pool: Candidates("") = %v, %v`, ws, known)
+	}
 	p.Apply([]Worker{w("a", "h:1", "qwen"), w("b", "h:2", "qwen", "llama"), w("c", "h:3", "llama")})
 	tests := []struct {
 		model     string
@@ -163,6 +168,10 @@ func TestPoolCandidates(t *testing.T) {
 	if got := p.Models(); !slices.Equal(got, []string{"llama", "qwen"}) {
 		t.Errorf("Models = %v", got)
 	}
+	p.ReportResult("c", 0, &dialError{syscall.ECONNREFUSED})
+	if ws, known := p.Candidates(""); !known || !slices.Equal(names(ws), []string{"a", "b"}) {
+		t.Errorf(`Candidates("") = %v, %v; want every usable worker`, names(ws), known)
+	}
 	// A bad set is rejected and the old one stays.
 	p.Apply([]Worker{w("a", "h:1", "qwen"), w("a", "h:2", "qwen")})
 	if got := names(p.Workers()); !slices.Equal(got, []string{"a", "b", "c"}) {
@@ -174,9 +183,9 @@ func TestPoolCandidates(t *testing.T) {
 	const want = `
 # HELP warmpath_discovery_workers Workers in the current set, by state (usable, ejected, unhealthy).
 # TYPE warmpath_discovery_workers gauge
-warmpath_discovery_workers{state="ejected"} 0
+warmpath_discovery_workers{state="ejected"} 1
 warmpath_discovery_workers{state="unhealthy"} 0
-warmpath_discovery_workers{state="usable"} 3
+warmpath_discovery_workers{state="usable"} 2
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "warmpath_discovery_workers"); err != nil {
 		t.Error(err)
@@ -239,6 +248,15 @@ func TestPassiveEjectionAndRecovery(t *testing.T) {
 			},
 		},
 		{
+			name: "no response counts toward the threshold",
+			steps: []step{
+				{err: errNoResponse, wantUsable: true},
+				{status: 500, wantUsable: true},
+				{err: errNoResponse, wantUsable: false},
+				{advance: time.Second, wantUsable: true},
+			},
+		},
+		{
 			name: "client cancellation is not the worker's fault",
 			steps: []step{
 				{err: context.Canceled, wantUsable: true},
@@ -264,7 +282,7 @@ func TestPassiveEjectionAndRecovery(t *testing.T) {
 			for i, s := range tc.steps {
 				clk.Advance(s.advance)
 				if s.err != nil || s.status != 0 {
-					p.ReportResult("a", s.err, s.status)
+					p.ReportResult("a", s.status, s.err)
 				}
 				ws, _ := p.Candidates("m")
 				usable := slices.Contains(names(ws), "a")
@@ -282,6 +300,9 @@ func TestPassiveEjectionAndRecovery(t *testing.T) {
 	}
 }
 
+// errNoResponse stands for extproc.ErrNoResponse: no response, cause unknown.
+var errNoResponse = errors.New("no response from upstream")
+
 // dialError stands for a dial failure without a network.
 type dialError struct{ errno syscall.Errno }
 
@@ -298,8 +319,8 @@ func TestReadyAndEjectionKeepsMembership(t *testing.T) {
 	if !p.Ready() {
 		t.Fatal("pool with a usable worker is not ready")
 	}
-	p.ReportResult("a", errors.New("connection reset"), 0)
-	p.ReportResult("nobody", errors.New("connection reset"), 0) // ignored
+	p.ReportResult("a", 0, &dialError{syscall.ECONNREFUSED})
+	p.ReportResult("nobody", 0, &dialError{syscall.ECONNREFUSED}) // ignored
 	if p.Ready() {
 		t.Fatal("pool whose only worker is ejected is ready")
 	}
@@ -311,7 +332,7 @@ func TestReadyAndEjectionKeepsMembership(t *testing.T) {
 		t.Fatalf("ejected worker left the set: %v", got)
 	}
 	h, ok := p.Health("a")
-	if !ok || h.Usable || h.EjectedUntil.IsZero() || h.LastFailure != "connection reset" {
+	if !ok || h.Usable || h.EjectedUntil.IsZero() || h.LastFailure != "dial tcp: connection refused" {
 		t.Fatalf("Health = %+v, %v", h, ok)
 	}
 	if got := testutil.ToFloat64(p.ejections); got != 1 {
@@ -336,7 +357,7 @@ warmpath_discovery_workers{state="usable"} 0
 		t.Fatal("a worker with a new address inherited the old ejection")
 	}
 	// The state gauge is computed when scraped: an ejection that ran out shows as usable.
-	p.ReportResult("a", errors.New("connection refused"), 0)
+	p.ReportResult("a", 0, &dialError{syscall.ECONNREFUSED})
 	clk.Advance(time.Second)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP warmpath_discovery_workers Workers in the current set, by state (usable, ejected, unhealthy).
@@ -465,5 +486,30 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition never held")
 		case <-time.After(5 * time.Millisecond):
 		}
+	}
+}
+
+func TestIsDialError(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"refused", &dialError{syscall.ECONNREFUSED}, true},
+		{"unreachable", fmt.Errorf("x: %w", syscall.EHOSTUNREACH), true},
+		{"dial op", &net.OpError{Op: "dial", Err: errors.New("i/o timeout")}, true},
+		{"dns", &net.DNSError{Err: "no such host", Name: "w"}, true},
+		{"read op", &net.OpError{Op: "read", Err: syscall.ECONNRESET}, false},
+		{"no response", errNoResponse, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := IsDialError(tc.err); got != tc.want {
+				t.Fatalf("IsDialError(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
 	}
 }
