@@ -55,8 +55,16 @@
 //
 //	pool, _ := discovery.NewPool(src, discovery.HealthConfig{}, discovery.WithLogger(log), discovery.WithRegisterer(reg))
 //	scraper, _ := discovery.NewScraper(pool, discovery.ScrapeConfig{}, ...)
-//	guard, _ := discovery.NewGuard(pool, scraper, discovery.GuardConfig{BlockSize: ..., EventBlockSize: ...}, ...)
+//	guard, _ := discovery.NewGuard(pool, scraper, discovery.GuardConfig{
+//		BlockSize:      cfg.BlockSizeOf,     // per model, from the configuration
+//		EventBlockSize: index.BlockSizeSeen, // from the KV index
+//	}, ...)
 //	g.Go(func() error { return pool.Run(ctx) })
 //	g.Go(func() error { return scraper.Run(ctx) })
 //	g.Go(func() error { return guard.Run(ctx) })
+//
+// Pool satisfies extproc's Pool and HealthReporter; Pool.Watch feeds
+// kvindex's Subscribers.Update; Scraper.Load feeds scoring's EngineLoad
+// through a small adapter in the application (discovery cannot import
+// scoring, which imports it).
 package discovery

@@ -25,8 +25,9 @@ type GuardConfig struct {
 	// not configured. Nil: no configured sizes.
 	BlockSize func(model string) int
 	// EventBlockSize returns the block size seen in a worker's KV events
-	// (BlockStored.block_size); ok is false before any event. Nil: none.
-	EventBlockSize func(worker string) (size int, ok bool)
+	// (BlockStored.block_size), 0 before any event; kvindex's
+	// (*Index).BlockSizeSeen fits. Nil: none.
+	EventBlockSize func(worker string) int
 	// HashAlgo, when set, is the --prefix-caching-hash-algo every worker
 	// should run (warmpath's own keys do not depend on it; operators who
 	// pin it want to know when a worker differs).
@@ -174,7 +175,7 @@ func (g *Guard) check(w Worker) []Problem {
 		}
 	}
 	if g.cfg.EventBlockSize != nil {
-		if eb, ok := g.cfg.EventBlockSize(w.Name); ok {
+		if eb := g.cfg.EventBlockSize(w.Name); eb > 0 {
 			switch {
 			case cc != nil && cc.BlockSize > 0 && eb != cc.BlockSize:
 				add(CheckBlockSizeEvents, "KV events carry block_size %d, engine reports %d", eb, cc.BlockSize)
@@ -207,6 +208,10 @@ func Status(p *Pool, s *Scraper, g *Guard) []WorkerStatus {
 	if g != nil {
 		problems = g.Problems()
 	}
+	var loads map[string]EngineLoad
+	if s != nil {
+		loads = s.Loads()
+	}
 	ws := p.Workers()
 	out := make([]WorkerStatus, 0, len(ws))
 	for _, w := range ws {
@@ -215,10 +220,8 @@ func Status(p *Pool, s *Scraper, g *Guard) []WorkerStatus {
 			KVEvents: w.KVEvents, KVReplay: w.KVReplay, DataParallelSize: w.Ranks(),
 		}
 		st.Health, _ = p.Health(w.Name)
-		if s != nil {
-			if l, ok := s.Load(w.Name); ok {
-				st.Load = &l
-			}
+		if l, ok := loads[w.Name]; ok {
+			st.Load = &l
 		}
 		for _, pr := range problems {
 			if pr.Worker == w.Name {

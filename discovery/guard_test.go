@@ -62,11 +62,11 @@ func TestGuardChecks(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			g, err := NewGuard(lister, loads, GuardConfig{
 				BlockSize: func(m string) int { return blockSizes[m] },
-				EventBlockSize: func(w string) (int, bool) {
-					if w == "w" && tc.events > 0 {
-						return tc.events, true
+				EventBlockSize: func(w string) int {
+					if w == "w" {
+						return tc.events
 					}
-					return 16, w == "fine"
+					return 16
 				},
 				HashAlgo: tc.algo,
 			}, WithRegisterer(reg))

@@ -287,16 +287,17 @@ func (s *Scraper) fetch(ctx context.Context, addr string, buf []byte) ([]byte, e
 }
 
 // Load returns the last known load of the named worker, with Stale set as
-// of now. ok is false when the worker has not been scraped yet (the load is
-// then zero and Stale).
+// of now. ok is false when no scrape of the worker has succeeded yet (the
+// load is then zero and Stale), as scoring.EngineLoad expects.
 func (s *Scraper) Load(worker string) (l EngineLoad, ok bool) {
 	e, ok := (*s.loads.Load())[worker]
 	l = e.load
 	l.Stale = s.stale(l.ScrapedAt)
-	return l, ok
+	return l, ok && !l.ScrapedAt.IsZero()
 }
 
-// Loads returns the last known load of every scraped worker, by name.
+// Loads returns the last known load of every worker scraped at least once,
+// successfully or not, by name.
 func (s *Scraper) Loads() map[string]EngineLoad {
 	m := *s.loads.Load()
 	out := make(map[string]EngineLoad, len(m))

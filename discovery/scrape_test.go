@@ -98,8 +98,11 @@ func TestScraper(t *testing.T) {
 	if ms.accept != "text/plain;version=0.0.4" {
 		t.Errorf("Accept = %q", ms.accept)
 	}
-	if d, ok := s.Load("down"); !ok || !d.Stale || d.LastError == "" || !d.ScrapedAt.IsZero() {
-		t.Fatalf("unreachable worker: Load = %+v, %v", d, ok)
+	if d, ok := s.Load("down"); ok || !d.Stale || d.LastError == "" || !d.ScrapedAt.IsZero() {
+		t.Fatalf("unreachable worker: Load = %+v, %v; want stale with an error, not ok", d, ok)
+	}
+	if d, ok := s.Loads()["down"]; !ok || d.LastError == "" {
+		t.Fatalf("unreachable worker missing from Loads: %+v", d)
 	}
 
 	type step struct {

@@ -74,6 +74,9 @@ type Metrics struct {
 	LoRA *LoRAInfo `json:"lora,omitempty"`
 	// CacheConfig is read from vllm:cache_config_info; nil when absent.
 	CacheConfig *CacheConfig `json:"cache_config,omitempty"`
+	// KVBlocks is the KV cache size in blocks: num_gpu_blocks of
+	// vllm:cache_config_info summed over engines; 0 when unknown.
+	KVBlocks int `json:"kv_blocks"`
 }
 
 // LoRAInfo is the adapter state vLLM publishes in the labels of
@@ -232,6 +235,13 @@ func parseFiltered(text []byte) (Metrics, error) {
 			errs = append(errs, err)
 		}
 		m.CacheConfig = cc
+		for _, s := range f.GetMetric() {
+			if v, ok := label(s, "num_gpu_blocks"); ok {
+				if n, err := strconv.Atoi(v); err == nil && n > 0 {
+					m.KVBlocks += n
+				}
+			}
+		}
 	}
 	if len(errs) > 0 {
 		return m, errors.Join(errs...)

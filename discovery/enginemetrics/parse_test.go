@@ -26,6 +26,7 @@ type wantMetrics struct {
 	Engines            int          `json:"engines"`
 	LoRA               *LoRAInfo    `json:"lora"`
 	CacheConfig        *CacheConfig `json:"cache_config"`
+	KVBlocks           int          `json:"kv_blocks"`
 }
 
 func TestParseFixtures(t *testing.T) {
@@ -60,6 +61,7 @@ func TestParseFixtures(t *testing.T) {
 				Running: got.Running, Waiting: got.Waiting, KVCacheUsage: want.KVCacheUsage,
 				PrefixCacheQueries: got.PrefixCacheQueries, PrefixCacheHits: got.PrefixCacheHits,
 				Preemptions: got.Preemptions, Engines: got.Engines, LoRA: got.LoRA, CacheConfig: got.CacheConfig,
+				KVBlocks: got.KVBlocks,
 			}
 			if !reflect.DeepEqual(gotCmp, want) {
 				g, _ := json.Marshal(gotCmp)
@@ -105,6 +107,11 @@ func TestParseEdgeCases(t *testing.T) {
 			name: "prefix caching off, lowercase, None blocks",
 			text: "vllm:num_requests_running 0\nvllm:cache_config_info{block_size=\"16\",enable_prefix_caching=\"false\",num_gpu_blocks=\"None\"} 1\n",
 			want: Metrics{Engines: 1, CacheConfig: &CacheConfig{BlockSize: 16}},
+		},
+		{
+			name: "kv blocks summed over engines",
+			text: "vllm:num_requests_running 0\nvllm:cache_config_info{engine=\"1\",block_size=\"16\",num_gpu_blocks=\"100\"} 1\nvllm:cache_config_info{engine=\"0\",block_size=\"16\",num_gpu_blocks=\"120\"} 1\n",
+			want: Metrics{Engines: 1, KVBlocks: 220, CacheConfig: &CacheConfig{BlockSize: 16, NumGPUBlocks: 120}},
 		},
 		{
 			name: "lora: newest label set wins, empty lists",

@@ -180,6 +180,7 @@ def render(name, model, engines, seed, block_size=16, algo="sha256", lora=False,
     want["lora"] = info_collectors(reg, engines, block_size, algo, lora)
     want["cache_config"] = {"block_size": block_size, "num_gpu_blocks": 27306,
                             "prefix_caching": True, "hash_algo": algo}
+    want["kv_blocks"] = 27306 * len(engines)
     with open(os.path.join(HERE, name), "wb") as f:
         f.write(generate_latest(reg))
     with open(os.path.join(HERE, name.replace(".prom", ".want.json")), "w") as f:
