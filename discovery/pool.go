@@ -261,11 +261,21 @@ func (p *Pool) notify(ws []Worker) {
 
 // Ready reports whether at least one worker can take requests: it is not
 // ejected and, when active checking is enabled, has passed its last check.
-func (p *Pool) Ready() bool {
+func (p *Pool) Ready() bool { return p.ReadyWhere(nil) }
+
+// ReadyWhere is like Ready but counts only workers for which also(w) is
+// true, so that readiness can require the same worker to be healthy and,
+// say, caught up in the KV index:
+//
+//	pool.ReadyWhere(func(w discovery.Worker) bool { return w.KVEvents == "" || index.CaughtUp(w.Name) })
+//
+// A nil also counts every worker.
+func (p *Pool) ReadyWhere(also func(Worker) bool) bool {
 	s := p.snap.Load()
 	now := p.now()
-	for _, st := range s.states {
-		if st.usable(now) && (p.health.ActiveInterval <= 0 || st.active.Load() == activePass) {
+	for i, st := range s.states {
+		if st.usable(now) && (p.health.ActiveInterval <= 0 || st.active.Load() == activePass) &&
+			(also == nil || also(s.workers[i])) {
 			return true
 		}
 	}

@@ -319,6 +319,9 @@ func TestReadyAndEjectionKeepsMembership(t *testing.T) {
 	if !p.Ready() {
 		t.Fatal("pool with a usable worker is not ready")
 	}
+	if p.ReadyWhere(func(w Worker) bool { return w.Name != "a" }) {
+		t.Fatal("ReadyWhere counted a worker its predicate refused")
+	}
 	p.ReportResult("a", 0, &dialError{syscall.ECONNREFUSED})
 	p.ReportResult("nobody", 0, &dialError{syscall.ECONNREFUSED}) // ignored
 	if p.Ready() {
@@ -513,3 +516,11 @@ func TestIsDialError(t *testing.T) {
 		})
 	}
 }
+
+// The shapes extproc (Pool, HealthReporter) and kvindex consume; a
+// signature change here breaks the application's wiring.
+var _ interface {
+	Candidates(model string) (ws []Worker, known bool)
+	Models() []string
+	ReportResult(worker string, status int, err error)
+} = (*Pool)(nil)
