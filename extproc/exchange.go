@@ -317,9 +317,9 @@ func (ex *exchange) decide() (*extprocv3.CommonResponse, *structpb.Struct, *reje
 }
 
 func (ex *exchange) responseHeaders(h *extprocv3.HttpHeaders) error {
-	if !ex.gotReqHeaders {
-		return outOfOrder("response_headers", "before request_headers")
-	}
+	// Without request_headers this is a local reply from a filter before
+	// ext_proc (jwt_authn's 401, ext_authz's 403): Envoy still sends it
+	// through; pass it on untouched.
 	if ex.gotRespHeaders {
 		return outOfOrder("response_headers", "twice")
 	}

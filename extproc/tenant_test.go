@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -126,4 +127,28 @@ func FuzzTenantFromMetadata(f *testing.F) {
 			t.Fatalf("validTenant accepted %q", v)
 		}
 	})
+}
+
+// TestLocalReplyOfAnEarlierFilterPassesThrough: when jwt_authn (or any
+// filter before ext_proc) rejects a request, real Envoy sends its local
+// reply's response headers on a stream that never saw request headers.
+func TestLocalReplyOfAnEarlierFilterPassesThrough(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testConfig())
+	e := h.open(t, fullDuplex, fullDuplex)
+	e.responseHeaders("401", "text/plain", false)
+	if e.recv().GetResponseHeaders() == nil {
+		t.Fatal("want a response_headers reply")
+	}
+	e.responseBody("Jwt is missing", true)
+	if sr := e.recv().GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse(); string(sr.GetBody()) != "Jwt is missing" || !sr.GetEndOfStream() {
+		t.Fatalf("body echoed as %v", sr)
+	}
+	e.stream.CloseSend()
+	if err := e.recvErr(); err != io.EOF {
+		t.Fatalf("want a clean end, got %v", err)
+	}
+	if got := testutil.ToFloat64(h.srv.m.streamErrors.WithLabelValues("out_of_order")); got != 0 {
+		t.Fatalf("out_of_order = %v", got)
+	}
 }
