@@ -62,6 +62,9 @@ type requestTrace struct {
 	t      *tracing
 	server trace.Span
 	client trace.Span // nil until decided
+	// attrs collects the SERVER span's attributes, set in one call at its
+	// end (cheaper than growing the span's own list several times).
+	attrs []attribute.KeyValue
 }
 
 // headerCarrier reads trace-context headers from Envoy's request headers.
@@ -138,14 +141,16 @@ func (t *tracing) start(ctx context.Context, hs []*corev3.HeaderValue, r *scorin
 	}
 	_, span := t.tracer.Start(t.parent(ctx, hs), serverSpanName,
 		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(r.Arrived))
+	rt := &requestTrace{t: t, server: span}
 	if span.IsRecording() {
-		span.SetAttributes(telemetry.GenAIRequestID.String(r.ID), telemetry.URLPath.String(r.Path),
+		rt.attrs = make([]attribute.KeyValue, 0, 24)
+		rt.attrs = append(rt.attrs, telemetry.GenAIRequestID.String(r.ID), telemetry.URLPath.String(r.Path),
 			attribute.String("http.request.method", method))
 		if r.Tenant != "" {
-			span.SetAttributes(telemetry.Tenant.String(r.Tenant))
+			rt.attrs = append(rt.attrs, telemetry.Tenant.String(r.Tenant))
 		}
 	}
-	return &requestTrace{t: t, server: span}
+	return rt
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }
@@ -158,14 +163,14 @@ func (rt *requestTrace) decided(r *scoring.Request, d *scoring.Decision, hm *ext
 		return
 	}
 	if rt.server.IsRecording() {
-		attrs := []attribute.KeyValue{
+		attrs := append(rt.attrs,
 			telemetry.Policy.String(d.Policy),
 			telemetry.Mode.String(string(d.Mode)),
 			telemetry.TokenizePath.String(d.TokenizePath),
 			telemetry.Candidates.Int(len(d.Candidates)),
 			telemetry.Worker.String(d.Worker),
 			telemetry.Reason.String(d.Reason),
-		}
+		)
 		if d.TokenizeReason != "" {
 			attrs = append(attrs, telemetry.TokenizeReason.String(d.TokenizeReason))
 		}
@@ -183,12 +188,13 @@ func (rt *requestTrace) decided(r *scoring.Request, d *scoring.Decision, hm *ext
 			attrs = append(attrs, telemetry.CandidateWorkers.StringSlice(names),
 				telemetry.CandidatePredictedTTFTs.Float64Slice(ttfts), telemetry.CandidateCachedTokens.Int64Slice(cached))
 		}
-		rt.server.SetAttributes(attrs...)
+		rt.attrs = attrs
 	}
 	ctx := trace.ContextWithSpan(context.Background(), rt.server)
 	op, provider, ok := telemetry.Operation(string(r.API))
 	if ok {
-		attrs := []attribute.KeyValue{
+		attrs := make([]attribute.KeyValue, 0, 14)
+		attrs = append(attrs,
 			telemetry.GenAIOperationName.String(op),
 			telemetry.GenAIProviderName.String(provider),
 			telemetry.GenAIRequestModel.String(r.Model),
@@ -197,7 +203,7 @@ func (rt *requestTrace) decided(r *scoring.Request, d *scoring.Decision, hm *ext
 			telemetry.PredictedQueueWait.Float64(seconds(d.Chosen.QueueWait)),
 			telemetry.PredictedPrefill.Float64(seconds(d.Chosen.Prefill)),
 			telemetry.PredictedTTFT.Float64(seconds(d.Chosen.PredictedTTFT)),
-		}
+		)
 		if host, port, err := net.SplitHostPort(d.Address); err == nil {
 			attrs = append(attrs, telemetry.ServerAddress.String(host))
 			if p, err := strconv.Atoi(port); err == nil {
@@ -226,7 +232,7 @@ func (rt *requestTrace) rejected(rej *rejection) {
 	if rt == nil {
 		return
 	}
-	rt.server.SetAttributes(telemetry.RejectReason.String(rej.reason), telemetry.ErrorType.String(strconv.Itoa(rej.status)))
+	rt.attrs = append(rt.attrs, telemetry.RejectReason.String(rej.reason), telemetry.ErrorType.String(strconv.Itoa(rej.status)))
 	rt.server.SetStatus(codes.Error, rej.reason)
 }
 
@@ -239,7 +245,8 @@ func (rt *requestTrace) ended(d *scoring.Decision, o scoring.Outcome, w *watcher
 	span := rt.client
 	rt.client = nil
 	if span.IsRecording() {
-		attrs := []attribute.KeyValue{telemetry.Completion.String(string(o.End))}
+		attrs := make([]attribute.KeyValue, 0, 12)
+		attrs = append(attrs, telemetry.Completion.String(string(o.End)))
 		if o.HTTPStatus != 0 {
 			attrs = append(attrs, telemetry.HTTPResponseStatusCode.Int(o.HTTPStatus))
 		}
@@ -261,19 +268,20 @@ func (rt *requestTrace) ended(d *scoring.Decision, o scoring.Outcome, w *watcher
 				attrs = append(attrs, telemetry.GenAIResponseTTFC.Float64(seconds(o.TTFT)))
 			}
 		}
+		et := errorType(o)
+		if et != "" {
+			attrs = append(attrs, telemetry.ErrorType.String(et))
+			if o.Error != "" {
+				attrs = append(attrs, telemetry.UpstreamError.String(headerSafe(o.Error)))
+			}
+			span.SetStatus(codes.Error, et)
+		}
 		span.SetAttributes(attrs...)
 		if w != nil && !w.firstToken.IsZero() {
 			span.AddEvent(telemetry.EventFirstToken, trace.WithTimestamp(w.firstToken))
 		}
 		if w != nil && !w.lastToken.IsZero() {
 			span.AddEvent(telemetry.EventLastToken, trace.WithTimestamp(w.lastToken))
-		}
-		if et := errorType(o); et != "" {
-			span.SetAttributes(telemetry.ErrorType.String(et))
-			if o.Error != "" {
-				span.SetAttributes(telemetry.UpstreamError.String(headerSafe(o.Error)))
-			}
-			span.SetStatus(codes.Error, et)
 		}
 	}
 	span.End(trace.WithTimestamp(now))
@@ -315,13 +323,16 @@ func (rt *requestTrace) end(code string, now time.Time) {
 		rt.client.End(trace.WithTimestamp(now))
 	}
 	if n, err := strconv.Atoi(code); err == nil && n > 0 {
-		rt.server.SetAttributes(telemetry.HTTPResponseStatusCode.Int(n))
+		rt.attrs = append(rt.attrs, telemetry.HTTPResponseStatusCode.Int(n))
 		if n >= 500 {
 			rt.server.SetStatus(codes.Error, code)
 		}
 	} else {
-		rt.server.SetAttributes(telemetry.ErrorType.String("aborted"))
+		rt.attrs = append(rt.attrs, telemetry.ErrorType.String("aborted"))
 		rt.server.SetStatus(codes.Error, "no response")
+	}
+	if rt.server.IsRecording() {
+		rt.server.SetAttributes(rt.attrs...)
 	}
 	rt.server.End(trace.WithTimestamp(now))
 }
