@@ -462,3 +462,36 @@ func TestTracingOffAddsNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestInvalidHeaderTraceparentFallsBackToMetadata: a malformed client
+// traceparent does not hide Envoy's context.
+func TestInvalidHeaderTraceparentFallsBackToMetadata(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, header string
+		md           []string
+		wantTrace    string // "" means a new root
+	}{
+		{name: "garbage header, metadata parent", header: "00-zz-yy-01", md: []string{"traceparent", envoyTraceparent}, wantTrace: envoyTraceID},
+		{name: "all-zero trace id, metadata parent", header: "00-00000000000000000000000000000000-00f067aa0ba902b7-01", md: []string{"traceparent", envoyTraceparent}, wantTrace: envoyTraceID},
+		{name: "garbage header, no metadata", header: "not a traceparent", wantTrace: ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tr := newTraced(t, newDecisionPicker(scoring.ModeExact, "local"), telemetry.Semconv{})
+			e := tr.open(t, tc.md...)
+			e.requestHeaders("GET", "/v1/models", true, "traceparent", tc.header)
+			e.recv()
+			e.stream.CloseSend()
+			e.recvErr()
+			s := tr.spansEnded(t, 1)["warmpath.request"]
+			switch {
+			case tc.wantTrace == "" && s.Parent().IsValid():
+				t.Fatalf("want a root span, got parent %v", s.Parent())
+			case tc.wantTrace != "" && s.Parent().TraceID().String() != tc.wantTrace:
+				t.Fatalf("parent %v, want trace %s", s.Parent(), tc.wantTrace)
+			}
+		})
+	}
+}
