@@ -97,7 +97,7 @@ func (ex *exchange) identify(r *extprocv3.ProcessingRequest) {
 	t, ok := strings.CutPrefix(raw, c.TrimPrefix)
 	if !ok || !validTenant(t) {
 		ex.s.om.tenants.WithLabelValues(tenantInvalid).Inc()
-		ex.s.log.Warn("tenant identity rejected", "request_id", ex.req.ID, "source", string(c.Trust), "len", len(raw))
+		ex.s.log.Warn("tenant identity rejected", "source", string(c.Trust), "len", len(raw))
 		return
 	}
 	ex.s.om.tenants.WithLabelValues(tenantOK).Inc()
