@@ -17,6 +17,7 @@ import (
 
 	"github.com/warmpath/warmpath/discovery"
 	"github.com/warmpath/warmpath/scoring"
+	"github.com/warmpath/warmpath/telemetry"
 )
 
 // Picker chooses the worker for a request. The scoring package's policies
@@ -93,6 +94,11 @@ type Server struct {
 	log    *slog.Logger
 	now    func() time.Time
 	m      *metrics
+	om     *observeMetrics
+
+	tr      *tracing // nil when tracing is off
+	semconv telemetry.Semconv
+	tenant  TenantConfig
 
 	assignments *Registry
 }
@@ -113,6 +119,7 @@ func New(cfg Config, pool Pool, picker Picker, reg prometheus.Registerer, log *s
 	for _, o := range opts {
 		o(s)
 	}
+	s.om = newObserveMetrics(reg, s.semconv, s.tenant.Labels)
 	s.assignments = NewRegistry(cfg.AssignmentTTL, s.now, s.ended)
 	return s
 }
@@ -129,6 +136,7 @@ func (s *Server) Assignments() *Registry { return s.assignments }
 // ended is the registry's end hook: metrics, health and the picker's feedback.
 func (s *Server) ended(a *Assignment, o scoring.Outcome) {
 	s.m.ended.WithLabelValues(string(o.End)).Inc()
+	s.om.outcome(a.Decision, o)
 	s.m.inFlight.WithLabelValues(a.Worker).Set(float64(s.assignments.InFlight(a.Worker)))
 	if s.health != nil {
 		switch {
@@ -161,6 +169,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			var pe *protocolError
 			if errors.As(err, &pe) {
 				s.m.streamErrors.WithLabelValues("out_of_order").Inc()
+				ex.trace.fail(err)
 				s.log.Warn("ext_proc protocol error", "request_id", ex.req.ID, "err", err)
 				return status.Error(codes.FailedPrecondition, err.Error())
 			}

@@ -43,6 +43,54 @@ type Config struct {
 	Scoring scoring.Config `yaml:"scoring"`
 	// Log sets the log level and format.
 	Log LogConfig `yaml:"log"`
+	// Telemetry tunes tracing; exporters come from the OTEL_* variables.
+	Telemetry TelemetryConfig `yaml:"telemetry"`
+	// Tenant says where a request's tenant identity comes from.
+	Tenant TenantConfig `yaml:"tenant"`
+}
+
+// TelemetryConfig tunes tracing. Whether and where spans are exported is
+// set by the standard OTEL_* environment variables (OTEL_TRACES_EXPORTER
+// otlp or console; unset means off).
+type TelemetryConfig struct {
+	// CapturePrompts puts the request's messages or prompt on the GenAI span
+	// (gen_ai.input.messages). Prompts are user data. Default false.
+	CapturePrompts bool `yaml:"capture_prompts"`
+}
+
+// TenantConfig selects the single trusted source of tenant identity.
+type TenantConfig struct {
+	// Trust is "" (default: no tenants), "attribute" (an Envoy request
+	// attribute such as the mTLS peer's URI SAN), "jwt" (a claim verified by
+	// Envoy's jwt_authn and forwarded as metadata) or "header" (a request
+	// header, believed blindly: WARNING, only safe when a proxy in front of
+	// Envoy always sets or strips it).
+	Trust string `yaml:"trust"`
+	// Attribute is the request_attributes expression, exactly as listed in
+	// the ext_proc filter (trust: attribute), e.g.
+	// connection.uri_san_peer_certificate.
+	Attribute string `yaml:"attribute"`
+	// Metadata locates the claim (trust: jwt): namespace default
+	// envoy.filters.http.jwt_authn, path e.g. [jwt_payload, tenant] for
+	// payload_in_metadata: jwt_payload.
+	Metadata TenantMetadata `yaml:"metadata"`
+	// TrimPrefix is removed from the value; values without it are rejected.
+	TrimPrefix string `yaml:"trim_prefix"`
+	// Header is the tenant header (required for trust: header). Under every
+	// trust warmpath removes it from the upstream request; under attribute and
+	// jwt a client-set copy is ignored and counted.
+	Header string `yaml:"header"`
+	// Labels adds a tenant label to the GenAI request metrics. Default false.
+	Labels bool `yaml:"labels"`
+	// Allow lists the tenants that get their own label value; all others are
+	// "other", requests without a tenant "none".
+	Allow []string `yaml:"allow"`
+}
+
+// TenantMetadata is a path into forwarded dynamic metadata.
+type TenantMetadata struct {
+	Namespace string   `yaml:"namespace"`
+	Path      []string `yaml:"path"`
 }
 
 // ListenConfig holds listen addresses. Port 0 picks a free port; the chosen
@@ -183,6 +231,7 @@ func DefaultConfig() Config {
 		},
 		Scoring: scoring.DefaultConfig(),
 		Log:     LogConfig{Level: "info", Format: "text"},
+		Tenant:  TenantConfig{Metadata: TenantMetadata{Namespace: "envoy.filters.http.jwt_authn"}},
 	}
 }
 
@@ -343,6 +392,7 @@ func (c *Config) Validate() error {
 	if c.Log.Format != "text" && c.Log.Format != "json" {
 		bad("log.format: want text or json, got %q", c.Log.Format)
 	}
+	errs = append(errs, c.Tenant.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -385,4 +435,41 @@ func contains(xs []string, s string) bool {
 		}
 	}
 	return false
+}
+
+func (t *TenantConfig) validate() []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch t.Trust {
+	case "":
+	case "attribute":
+		if t.Attribute == "" {
+			bad("tenant.attribute: required with trust: attribute")
+		}
+	case "jwt":
+		if t.Metadata.Namespace == "" || len(t.Metadata.Path) == 0 {
+			bad("tenant.metadata: namespace and path required with trust: jwt")
+		}
+	case "header":
+		if t.Header == "" {
+			bad("tenant.header: required with trust: header")
+		}
+	default:
+		bad("tenant.trust: want attribute, jwt or header, got %q", t.Trust)
+	}
+	if t.Header != "" && (strings.ToLower(t.Header) != t.Header || strings.HasPrefix(t.Header, ":")) {
+		bad("tenant.header: want a lower-case header name, got %q", t.Header)
+	}
+	if t.Labels && t.Trust == "" {
+		bad("tenant.labels: set without a tenant source (tenant.trust)")
+	}
+	if len(t.Allow) > 0 && !t.Labels {
+		bad("tenant.allow: set without tenant.labels: true")
+	}
+	for _, a := range t.Allow {
+		if a == "other" || a == "none" || a == "" {
+			bad("tenant.allow: %q is reserved", a)
+		}
+	}
+	return errs
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/warmpath/warmpath/extproc"
 	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/scoring"
+	"github.com/warmpath/warmpath/telemetry"
 	"github.com/warmpath/warmpath/tokenize"
 )
 
@@ -65,7 +66,16 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("scoring: %w", err)
 	}
-	proc := extproc.New(extprocConfig(cfg), pool, router, reg, log)
+	tp, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: "warmpath", Version: Version, Stdout: stdout})
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	if cfg.Tenant.Trust == "header" {
+		log.Warn("tenant identity is taken from a request header; anyone who can set that header before Envoy can claim any tenant",
+			"header", cfg.Tenant.Header)
+	}
+	proc := extproc.New(extprocConfig(cfg), pool, router, reg, log,
+		extproc.WithTracing(tp, cfg.Telemetry.CapturePrompts), extproc.WithTenant(tenantConfig(cfg.Tenant)))
 
 	gs := grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.ExtProc.MaxRecvMsgBytes),
@@ -123,7 +133,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		drain(gs, time.Duration(cfg.ExtProc.DrainTimeout))
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return admin.Shutdown(sctx)
+		return errors.Join(admin.Shutdown(sctx), tp.Shutdown(sctx))
 	})
 
 	fmt.Fprintf(stdout, "warmpath ready extproc=%s admin=%s\n", grpcLis.Addr(), adminLis.Addr())
@@ -203,6 +213,14 @@ func extprocConfig(cfg Config) extproc.Config {
 		DebugHeaders:        cfg.ExtProc.DebugHeaders,
 		RetryAfter:          cfg.ExtProc.RetryAfter,
 		AssignmentTTL:       time.Duration(cfg.ExtProc.AssignmentTTL),
+	}
+}
+
+func tenantConfig(t TenantConfig) extproc.TenantConfig {
+	return extproc.TenantConfig{
+		Trust: extproc.TenantTrust(t.Trust), Attribute: t.Attribute,
+		MetadataNamespace: t.Metadata.Namespace, MetadataPath: t.Metadata.Path,
+		TrimPrefix: t.TrimPrefix, Header: t.Header, Labels: t.Labels, Allow: t.Allow,
 	}
 }
 
