@@ -2,10 +2,11 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
+	"github.com/warmpath/warmpath/discovery"
 	"github.com/warmpath/warmpath/extproc"
 	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/scoring"
@@ -34,19 +35,29 @@ func (p prefixIndex) Stale(worker string) bool { return p.ix.Stale(worker) }
 // picks the request kind from the API and, for the remote path, a worker
 // serving the model.
 type tokenSource struct {
-	pipes map[string]*tokenize.Pipeline
-	pool  extproc.Pool
-	next  atomic.Uint64
+	pool    extproc.Pool
+	metrics *tokenize.PipelineMetrics
+	next    atomic.Uint64
+
+	mu    sync.Mutex
+	pipes map[string]*tokenize.Pipeline // configured models; others get a remote-only one on first use
 }
 
-// errNoPipeline means a model has no tokenization configured at all.
-var errNoPipeline = errors.New("no tokenizer for this model")
+// pipeline returns the model's pipeline, creating a remote-only one for a
+// model that discovery found but the config does not list.
+func (s *tokenSource) pipeline(model string) *tokenize.Pipeline {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pipes[model]
+	if p == nil {
+		p, _ = tokenize.NewPipeline(model, "", 0, s.metrics) // remote only: cannot fail
+		s.pipes[model] = p
+	}
+	return p
+}
 
 func (s *tokenSource) Tokens(ctx context.Context, req *scoring.Request) ([]uint32, string, error) {
-	p := s.pipes[req.Model]
-	if p == nil {
-		return nil, "none", errNoPipeline
-	}
+	p := s.pipeline(req.Model)
 	var kind tokenize.Kind
 	switch req.API {
 	case scoring.APIChat:
@@ -63,4 +74,20 @@ func (s *tokenSource) Tokens(ctx context.Context, req *scoring.Request) ([]uint3
 		base = "http://" + ws[int(s.next.Add(1)%uint64(len(ws)))].Address
 	}
 	return p.Tokenize(ctx, kind, req.Body, base)
+}
+
+// engineLoad adapts the metrics scraper to scoring. A stale scrape is not
+// reported at all: stale is unknown, never zero.
+type engineLoad struct{ s *discovery.Scraper }
+
+func (e engineLoad) Load(worker string) (scoring.LoadReport, bool) {
+	l, ok := e.s.Load(worker)
+	if !ok || l.Stale {
+		return scoring.LoadReport{}, false
+	}
+	return scoring.LoadReport{
+		Running: l.Running, Waiting: l.Waiting,
+		KVUsage: l.KVCacheUsage, HasKVUsage: l.HasKVCacheUsage,
+		KVBlocks: l.KVBlocks, Scraped: l.ScrapedAt,
+	}, true
 }

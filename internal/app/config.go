@@ -35,6 +35,10 @@ type Config struct {
 	Workers []WorkerConfig `yaml:"workers"`
 	// ExtProc tunes the Envoy-facing protocol handling.
 	ExtProc ExtProcConfig `yaml:"extproc"`
+	// Discovery says where the worker set comes from (the workers list,
+	// reloaded on change, or Kubernetes), and tunes metrics scraping and
+	// health checking.
+	Discovery DiscoveryConfig `yaml:"discovery"`
 	// KVIndex tunes the KV-cache index and its event subscribers.
 	KVIndex KVIndexConfig `yaml:"kvindex"`
 	// Scoring tunes the TTFT model, calibration and baselines (see
@@ -47,6 +51,8 @@ type Config struct {
 	Telemetry TelemetryConfig `yaml:"telemetry"`
 	// Tenant says where a request's tenant identity comes from.
 	Tenant TenantConfig `yaml:"tenant"`
+
+	path string // the file it was loaded from, for reloads
 }
 
 // TelemetryConfig tunes tracing. Whether and where spans are exported is
@@ -162,6 +168,61 @@ type ExtProcConfig struct {
 	RetryAfter int `yaml:"retry_after"`
 }
 
+// DiscoveryConfig configures package discovery.
+type DiscoveryConfig struct {
+	// StaticReload is how often the config file is checked for changes to
+	// workers (static discovery). Default 1s.
+	StaticReload Duration `yaml:"static_reload"`
+	// Kubernetes, when its namespace is set, replaces the workers list with
+	// the Ready pods of a label selector or an InferencePool.
+	Kubernetes KubernetesConfig `yaml:"kubernetes"`
+	// Scrape tunes the engines' /metrics scraping.
+	Scrape ScrapeConfig `yaml:"scrape"`
+	// Health tunes passive ejection and active /health checks.
+	Health HealthConfig `yaml:"health"`
+}
+
+// KubernetesConfig selects worker pods (see deploy/README.md for the
+// warmpath.io/* annotations that override Defaults per pod).
+type KubernetesConfig struct {
+	Namespace     string `yaml:"namespace"`
+	LabelSelector string `yaml:"label_selector"`
+	// InferencePool names an inference.networking.k8s.io/v1 InferencePool
+	// whose selector and target ports define the workers.
+	InferencePool string `yaml:"inference_pool"`
+	// Kubeconfig is a kubeconfig path; empty tries $KUBECONFIG,
+	// ~/.kube/config, then in-cluster credentials.
+	Kubeconfig string      `yaml:"kubeconfig"`
+	Defaults   PodDefaults `yaml:"defaults"`
+}
+
+// PodDefaults are per-pod settings annotations may override.
+type PodDefaults struct {
+	HTTPPort         int      `yaml:"http_port"`
+	KVEventsPort     int      `yaml:"kv_events_port"`
+	KVReplayPort     int      `yaml:"kv_replay_port"`
+	DataParallelSize int      `yaml:"data_parallel_size"`
+	Models           []string `yaml:"models"`
+}
+
+// ScrapeConfig: Interval between scrapes (default 1s); MaxAge after which
+// a worker's load is stale, never read as zero (default 3s).
+type ScrapeConfig struct {
+	Interval Duration `yaml:"interval"`
+	MaxAge   Duration `yaml:"max_age"`
+}
+
+// HealthConfig: FailureThreshold consecutive 5xx eject a worker (default 3;
+// a refused connection ejects at once) for BaseEjection (default 1s),
+// doubling per repeat up to MaxEjection (default 30s); ActiveInterval is
+// the GET /health period (default 5s; negative disables).
+type HealthConfig struct {
+	ActiveInterval   Duration `yaml:"active_interval"`
+	FailureThreshold int      `yaml:"failure_threshold"`
+	BaseEjection     Duration `yaml:"base_ejection"`
+	MaxEjection      Duration `yaml:"max_ejection"`
+}
+
 // KVIndexConfig tunes package kvindex.
 type KVIndexConfig struct {
 	// EntryBudget bounds (block, worker) entries; the least recently touched
@@ -223,6 +284,13 @@ func DefaultConfig() Config {
 			DrainTimeout:      Duration(30 * time.Second),
 			RetryAfter:        1,
 		},
+		Discovery: DiscoveryConfig{
+			StaticReload: Duration(time.Second),
+			Kubernetes:   KubernetesConfig{Defaults: PodDefaults{HTTPPort: 8000}},
+			Scrape:       ScrapeConfig{Interval: Duration(time.Second), MaxAge: Duration(3 * time.Second)},
+			Health: HealthConfig{ActiveInterval: Duration(5 * time.Second), FailureThreshold: 3,
+				BaseEjection: Duration(time.Second), MaxEjection: Duration(30 * time.Second)},
+		},
 		KVIndex: KVIndexConfig{
 			EntryBudget:    kvindex.DefaultEntryBudget,
 			StaleAfter:     Duration(kvindex.DefaultStaleAfter),
@@ -249,6 +317,7 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
+	cfg.path = path
 	return cfg, nil
 }
 
@@ -380,6 +449,18 @@ func (c *Config) Validate() error {
 	if e.RetryAfter < 0 {
 		bad("extproc.retry_after: must not be negative")
 	}
+	if d := c.Discovery; d.StaticReload <= 0 || d.Scrape.Interval <= 0 || d.Scrape.MaxAge <= 0 ||
+		d.Health.FailureThreshold < 1 || d.Health.BaseEjection <= 0 || d.Health.MaxEjection < d.Health.BaseEjection {
+		bad("discovery: static_reload, scrape intervals and ejection periods must be positive, failure_threshold at least 1, max_ejection ≥ base_ejection")
+	}
+	if k := c.Discovery.Kubernetes; k.Namespace != "" {
+		if len(c.Workers) > 0 {
+			bad("discovery.kubernetes: set together with workers; choose one source")
+		}
+		if k.LabelSelector == "" && k.InferencePool == "" {
+			bad("discovery.kubernetes: label_selector or inference_pool required")
+		}
+	}
 	if c.KVIndex.EntryBudget < 1 {
 		bad("kvindex.entry_budget: must be positive")
 	}
@@ -406,6 +487,16 @@ func (c *Config) DiscoveryWorkers() []discovery.Worker {
 		}
 	}
 	return ws
+}
+
+// blockSizeOf returns the configured block size of model, 0 when unknown.
+func (c *Config) blockSizeOf(model string) int {
+	for _, m := range c.Models {
+		if m.Name == model {
+			return m.BlockSize
+		}
+	}
+	return 0
 }
 
 // scoringConfig is the scoring section with the models' block sizes.

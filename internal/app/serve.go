@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -41,7 +40,16 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	pool := newStaticPool(cfg.DiscoveryWorkers())
+	dopts := []discovery.Option{discovery.WithLogger(log.With("component", "discovery")), discovery.WithRegisterer(reg)}
+	pool, err := newPool(cfg, dopts)
+	if err != nil {
+		return err
+	}
+	scraper, err := discovery.NewScraper(pool, discovery.ScrapeConfig{
+		Interval: time.Duration(cfg.Discovery.Scrape.Interval), MaxAge: time.Duration(cfg.Discovery.Scrape.MaxAge)}, dopts...)
+	if err != nil {
+		return fmt.Errorf("discovery: %w", err)
+	}
 	index := kvindex.New(
 		kvindex.WithEntryBudget(cfg.KVIndex.EntryBudget),
 		kvindex.WithStaleAfter(time.Duration(cfg.KVIndex.StaleAfter)),
@@ -52,7 +60,13 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	subs := kvindex.NewSubscribers(index,
 		kvindex.WithTopic(cfg.KVIndex.Topic),
 		kvindex.WithReplayTimeout(time.Duration(cfg.KVIndex.ReplayTimeout)))
-	subs.Update(pool.workers)
+	guard, err := discovery.NewGuard(pool, scraper, discovery.GuardConfig{
+		BlockSize:      cfg.blockSizeOf,
+		EventBlockSize: index.BlockSizeSeen,
+	}, dopts...)
+	if err != nil {
+		return fmt.Errorf("discovery: %w", err)
+	}
 	tokens, err := newTokenSource(cfg, pool, reg)
 	if err != nil {
 		return err
@@ -60,6 +74,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	router, err := scoring.New(cfg.Policy, cfg.scoringConfig(), scoring.Deps{
 		Tokens:     tokens,
 		Index:      prefixIndex{index},
+		Load:       engineLoad{scraper},
 		Registerer: reg,
 		Logger:     log.With("component", "scoring"),
 	})
@@ -74,7 +89,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		log.Warn("tenant identity is taken from a request header; anyone who can set that header before Envoy can claim any tenant",
 			"header", cfg.Tenant.Header)
 	}
-	proc := extproc.New(extprocConfig(cfg), pool, router, reg, log,
+	proc := extproc.New(extprocConfig(cfg), pool, router, reg, log, extproc.WithHealth(pool),
 		extproc.WithTracing(tp, cfg.Telemetry.CapturePrompts), extproc.WithTenant(tenantConfig(cfg.Tenant)))
 
 	gs := grpc.NewServer(
@@ -103,9 +118,14 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	}
 
 	var stopping atomic.Bool
-	ready := func() bool { return !stopping.Load() && anyUsable(pool.workers, index) }
+	ready := func() bool {
+		return !stopping.Load() && pool.ReadyWhere(func(w discovery.Worker) bool { return w.KVEvents == "" || index.CaughtUp(w.Name) })
+	}
+	status := func() any {
+		return map[string]any{"workers": discovery.Status(pool, scraper, guard), "index": index.DebugWorkers(), "in_flight": proc.InFlightByWorker()}
+	}
 	admin := &http.Server{
-		Handler:           newAdminHandler(reg, ready, pool, proc, router, index),
+		Handler:           newAdminHandler(reg, ready, pool, router, status),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 
@@ -124,6 +144,28 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	})
 	g.Go(func() error { return proc.Run(gctx) })
 	g.Go(func() error { return subs.Run(gctx) })
+	g.Go(func() error { return pool.Run(gctx) })
+	g.Go(func() error { return scraper.Run(gctx) })
+	g.Go(func() error { return guard.Run(gctx) })
+	g.Go(func() error {
+		// The index and the router follow the worker set: subscribe and
+		// unsubscribe, and forget what was learned about departed workers.
+		prev := map[string]bool{}
+		for ws := range pool.Watch(gctx) {
+			subs.Update(ws)
+			now := map[string]bool{}
+			for _, w := range ws {
+				now[w.Name] = true
+			}
+			for name := range prev {
+				if !now[name] {
+					router.Forget(name)
+				}
+			}
+			prev = now
+		}
+		return nil
+	})
 	g.Go(func() error { return followReadiness(gctx, hs, ready) })
 	g.Go(func() error {
 		<-gctx.Done()
@@ -234,39 +276,55 @@ func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// staticPool serves the configured worker list; every worker counts as
-// healthy.
-type staticPool struct {
-	workers []discovery.Worker
-	models  []string
-}
-
-func newStaticPool(ws []discovery.Worker) *staticPool {
-	p := &staticPool{workers: ws}
-	for _, w := range ws {
-		for _, m := range w.Models {
-			if !slices.Contains(p.models, m) {
-				p.models = append(p.models, m)
+// newPool builds the worker pool over the configured source: Kubernetes
+// when discovery.kubernetes.namespace is set, else the config file's
+// workers list, reloaded when the file changes.
+func newPool(cfg Config, opts []discovery.Option) (*discovery.Pool, error) {
+	h := cfg.Discovery.Health
+	hc := discovery.HealthConfig{
+		FailureThreshold: h.FailureThreshold, BaseEjection: time.Duration(h.BaseEjection),
+		MaxEjection: time.Duration(h.MaxEjection), ActiveInterval: time.Duration(h.ActiveInterval),
+	}
+	var src discovery.Source
+	switch k := cfg.Discovery.Kubernetes; {
+	case k.Namespace != "":
+		cs, dyn, err := discovery.KubeClients(k.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes discovery: %w", err)
+		}
+		d := k.Defaults
+		kube, err := discovery.NewKubernetes(cs, dyn, discovery.KubeConfig{
+			Namespace: k.Namespace, LabelSelector: k.LabelSelector, InferencePool: k.InferencePool,
+			Defaults: discovery.PodDefaults{HTTPPort: d.HTTPPort, KVEventsPort: d.KVEventsPort, KVReplayPort: d.KVReplayPort,
+				DataParallelSize: d.DataParallelSize, Models: d.Models},
+		}, opts...)
+		if err != nil {
+			return nil, err
+		}
+		src = kube
+	case cfg.path != "":
+		load := func(path string) ([]discovery.Worker, error) {
+			c, err := LoadConfig(path)
+			if err != nil {
+				return nil, err
 			}
+			return c.DiscoveryWorkers(), nil
 		}
-	}
-	return p
-}
-
-func (p *staticPool) Candidates(model string) ([]discovery.Worker, bool) {
-	if model == "" {
-		return p.workers, true
-	}
-	var ws []discovery.Worker
-	for _, w := range p.workers {
-		if w.Serves(model) {
-			ws = append(ws, w)
+		st, err := discovery.NewStatic(cfg.path, load, time.Duration(cfg.Discovery.StaticReload), opts...)
+		if err != nil {
+			return nil, err
 		}
+		src = st
 	}
-	return ws, len(ws) > 0
+	p, err := discovery.NewPool(src, hc, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("discovery: %w", err)
+	}
+	if src == nil { // a Config built in code: its workers are the set
+		p.Apply(cfg.DiscoveryWorkers())
+	}
+	return p, nil
 }
-
-func (p *staticPool) Models() []string { return p.models }
 
 // newTokenSource builds one tokenization pipeline per served model: local
 // when the model names a tokenizer directory, the workers' /tokenize
@@ -276,7 +334,7 @@ func newTokenSource(cfg Config, pool extproc.Pool, reg prometheus.Registerer) (*
 	if err != nil {
 		return nil, err
 	}
-	ts := &tokenSource{pipes: map[string]*tokenize.Pipeline{}, pool: pool}
+	ts := &tokenSource{pipes: map[string]*tokenize.Pipeline{}, pool: pool, metrics: m}
 	for _, mc := range cfg.Models {
 		p, err := tokenize.NewPipeline(mc.Name, mc.Tokenizer, mc.TokenizerCacheMiB<<20, m)
 		if err != nil {
@@ -284,23 +342,7 @@ func newTokenSource(cfg Config, pool extproc.Pool, reg prometheus.Registerer) (*
 		}
 		ts.pipes[mc.Name] = p
 	}
-	for _, name := range pool.Models() {
-		if ts.pipes[name] == nil {
-			p, _ := tokenize.NewPipeline(name, "", 0, m) // remote only: cannot fail
-			ts.pipes[name] = p
-		}
-	}
 	return ts, nil
 }
 
-// anyUsable reports whether some worker can be routed to with a current
-// view: it publishes no KV events, or the index has caught up with them
-// (its first replay is done), so a restarted warmpath does not route blind.
-func anyUsable(ws []discovery.Worker, ix *kvindex.Index) bool {
-	for _, w := range ws {
-		if w.KVEvents == "" || ix.CaughtUp(w.Name) {
-			return true
-		}
-	}
-	return false
-}
+
