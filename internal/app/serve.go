@@ -344,5 +344,3 @@ func newTokenSource(cfg Config, pool extproc.Pool, reg prometheus.Registerer) (*
 	}
 	return ts, nil
 }
-
-
