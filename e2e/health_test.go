@@ -348,10 +348,16 @@ func TestReadinessWaitsForHealthAndReplay(t *testing.T) {
 
 	engine.start()
 	waitFor(t, "a passed /health check", func() bool { return wp.workers(t)["w0"].Health.Active == "pass" })
+	if up, ok := wp.caughtUp(t)["w0"]; !ok || up {
+		t.Fatalf("index stream of w0: present %v, caught up %v; want present and replay pending", ok, up)
+	}
 	if c := wp.readyz(t); c != 503 {
 		t.Fatalf("/readyz = %d while the index replay is pending, want 503", c)
 	}
 
 	events.start()
 	waitFor(t, "/readyz 200 after the replay", func() bool { return wp.readyz(t) == 200 })
+	if !wp.caughtUp(t)["w0"] {
+		t.Fatal("ready, but the index stream of w0 is not caught up")
+	}
 }

@@ -239,3 +239,29 @@ func send(t *testing.T, url string, maxTokens int) result {
 
 // SetFaults replaces the simulator's injected faults.
 func (w *simWorker) SetFaults(f vllmsim.Faults) { w.srv.SetFaults(f) }
+
+// caughtUp returns, from warmpath's /debug/workers, whether each worker's
+// KV-event stream has finished its initial replay; workers without a
+// stream are absent.
+func (p *warmpathProc) caughtUp(t *testing.T) map[string]bool {
+	t.Helper()
+	resp, err := http.Get("http://" + p.Admin + "/debug/workers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Index []struct {
+			Worker   string `json:"worker"`
+			CaughtUp bool   `json:"caught_up"`
+		} `json:"index"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatalf("decode /debug/workers: %v", err)
+	}
+	out := map[string]bool{}
+	for _, s := range body.Index {
+		out[s.Worker] = s.CaughtUp
+	}
+	return out
+}
