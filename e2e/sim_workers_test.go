@@ -43,13 +43,16 @@ func (l *killableListener) kill() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.killed = true
-	l.Listener.Close()
+	// Connections first: closing the listener stops the simulator's server,
+	// whose handlers would then end their responses cleanly, which a dead
+	// process never does.
 	for _, c := range l.conns {
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetLinger(0) // close sends RST, not FIN
 		}
 		c.Close()
 	}
+	l.Listener.Close()
 }
 
 // simWorker is an in-process vLLM simulator serving model "qwen3".
