@@ -18,7 +18,10 @@
 // The response path reports every upstream result with Pool.ReportResult.
 // Connection failures eject a worker at once and consecutive 5xx answers
 // after a threshold; ejections back off exponentially up to a cap. An
-// active GET /health check runs on an interval. Ejected and failing workers
+// active GET /health check runs on an interval, and at once after any
+// reported failure that did not eject: behind Envoy a refused connection
+// arrives as a plain 503 local reply, and the check's refused dial then
+// ejects the dead worker after that one request. Ejected and failing workers
 // are left out of Candidates but stay in the set (and in the index) until
 // their source removes them. Pool.Ready is true once at least one worker
 // can take requests.

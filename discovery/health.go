@@ -91,7 +91,10 @@ func (s *workerState) usable(now time.Time) bool {
 //
 // A failure is a 5xx status or a non-nil err. A failure to connect
 // (connection refused or any other dial error, see IsDialError) ejects the
-// worker at once; FailureThreshold consecutive other failures eject it.
+// worker at once; FailureThreshold consecutive other failures eject it,
+// and any failure that does not eject makes Run's active checker (when
+// enabled) check every worker at once, which ejects a worker that refuses
+// connections (Envoy reports a refused upstream as a plain 503).
 // The ejection lasts BaseEjection, doubling with each further ejection up
 // to MaxEjection; after it ends the worker gets requests again and a single
 // further failure ejects it anew. Any response below 500 clears the
@@ -136,6 +139,17 @@ func (p *Pool) ReportResult(worker string, status int, err error) {
 	if d > 0 {
 		p.ejections.Inc()
 		p.log.Warn("discovery: worker ejected", "worker", worker, "for", d, "reason", reason)
+		return
+	}
+	if !eject {
+		// Behind Envoy a refused connection arrives as a 503 local reply,
+		// indistinguishable here from an engine's 503: let the active
+		// checker look now, so a dead worker is ejected after one failed
+		// request rather than FailureThreshold of them.
+		select {
+		case p.suspect <- struct{}{}:
+		default: // a round is already due
+		}
 	}
 }
 
@@ -168,13 +182,17 @@ func (p *Pool) runActive(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		case <-watch: // a new set: check newcomers at once
+		case <-p.suspect: // the response path saw a failure
 		}
 	}
 }
 
 // CheckNow runs one round of active health checks on every worker of the
-// current set, concurrently, and returns when all are done. Run calls it
-// every ActiveInterval; it is exported for tests and tools.
+// current set, concurrently, and returns when all are done. A worker that
+// fails is unusable until it passes again; one whose connection is refused
+// is also ejected, as ReportResult ejects on a dial error. Run calls it
+// every ActiveInterval, and at once after ReportResult records a failure
+// that did not eject; it is exported for tests and tools.
 func (p *Pool) CheckNow(ctx context.Context) {
 	s := p.snap.Load()
 	var wg sync.WaitGroup
@@ -187,6 +205,9 @@ func (p *Pool) CheckNow(ctx context.Context) {
 			st := s.states[i]
 			if err != nil {
 				p.checks.WithLabelValues("fail").Inc()
+				if IsDialError(err) {
+					p.ReportResult(w.Name, 0, err) // nothing listens: eject, as on the response path
+				}
 				if st.active.Swap(activeFail) != activeFail {
 					p.log.Warn("discovery: worker failed its health check", "worker", w.Name, "err", err)
 				}

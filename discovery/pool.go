@@ -29,7 +29,8 @@ type Pool struct {
 	client *http.Client
 
 	snap    atomic.Pointer[snapshot]
-	applyMu sync.Mutex // serialises Apply, so sets reach watchers in order
+	suspect chan struct{} // one-slot trigger: a failure asks for an active check round now
+	applyMu sync.Mutex    // serialises Apply, so sets reach watchers in order
 
 	mu       sync.Mutex // guards watchers
 	watchers map[chan []Worker]struct{}
@@ -64,6 +65,7 @@ func NewPool(src Source, hc HealthConfig, opts ...Option) (*Pool, error) {
 		now:      o.now,
 		client:   o.client,
 		watchers: make(map[chan []Worker]struct{}),
+		suspect:  make(chan struct{}, 1),
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpath_discovery_updates_total",
 			Help: "Worker sets received from the discovery source, by result (applied, rejected).",

@@ -524,3 +524,62 @@ var _ interface {
 	Models() []string
 	ReportResult(worker string, status int, err error)
 } = (*Pool)(nil)
+
+// A worker that dies between active checks is ejected after the first
+// failure the response path reports, not FailureThreshold of them nor the
+// next ActiveInterval: the failure triggers a check round, whose refused
+// connection ejects it. A live worker that answered 503 only fails once.
+func TestFailureTriggersActiveCheck(t *testing.T) {
+	t.Parallel()
+	live := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(live.Close)
+	dying := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	dyingAddr := strings.TrimPrefix(dying.URL, "http://")
+	reg := prometheus.NewRegistry()
+	p, err := NewPool(nil, HealthConfig{ActiveInterval: time.Hour, FailureThreshold: 3}, WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Apply([]Worker{w("live", strings.TrimPrefix(live.URL, "http://"), "m"), w("dying", dyingAddr, "m")})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	waitUntil(t, "both pass the first check", func() bool {
+		return testutil.ToFloat64(p.checks.WithLabelValues("pass")) >= 2
+	})
+
+	dying.Close() // now refuses connections
+	p.ReportResult("live", 503, nil)
+	p.ReportResult("dying", 503, nil)
+	waitUntil(t, "dying ejected", func() bool {
+		h, _ := p.Health("dying")
+		return !h.EjectedUntil.IsZero()
+	})
+	if ws, _ := p.Candidates("m"); !slices.Equal(names(ws), []string{"live"}) {
+		t.Fatalf("Candidates = %v, want [live]", names(ws))
+	}
+	if h, _ := p.Health("live"); !h.Usable || !h.EjectedUntil.IsZero() {
+		t.Fatalf("live worker after one 503: %+v, want usable", h)
+	}
+	if got := testutil.ToFloat64(p.ejections); got != 1 {
+		t.Fatalf("ejections = %v, want 1", got)
+	}
+}
+
+// waitUntil polls cond until it holds, failing the test after 10 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
