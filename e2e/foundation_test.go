@@ -53,6 +53,14 @@ func sseFor(name string) []string {
 }
 
 func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/health" {
+		return // 200, as vLLM answers
+	}
+	if !strings.HasPrefix(r.URL.Path, "/v1/") {
+		// No /tokenize here: warmpath falls back to approximate routing.
+		http.NotFound(w, r)
+		return
+	}
 	body, _ := io.ReadAll(r.Body)
 	u.mu.Lock()
 	u.bodies = append(u.bodies, string(body))

@@ -55,6 +55,6 @@ func TestUnknownFieldIsRejected(t *testing.T) {
 func TestRealEnvoyValidates(t *testing.T) {
 	bin := envoytest.Binary(t)
 	for _, p := range bootstraps(t) {
-		t.Run(p, func(t *testing.T) { envoytest.Validate(t, bin, p) })
+		t.Run(p, func(t *testing.T) { envoytest.Validate(t, bin, withTestTLS(t, p)) })
 	}
 }

@@ -77,6 +77,17 @@ func (r *Registry) InFlight(worker string) int {
 	return r.byWorker[worker]
 }
 
+// ByWorker returns the number of assignments in flight per worker.
+func (r *Registry) ByWorker() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int, len(r.byWorker))
+	for k, v := range r.byWorker {
+		out[k] = v
+	}
+	return out
+}
+
 // Len returns the number of assignments in flight.
 func (r *Registry) Len() int {
 	r.mu.Lock()

@@ -66,6 +66,8 @@ type exchange struct {
 	status    int
 	code      string // final status code for the requests metric
 	toldFirst bool   // the picker was told of the first token
+
+	trace *requestTrace // spans; nil when tracing is off
 }
 
 func (ex *exchange) send(r *extprocv3.ProcessingResponse) error {
@@ -89,6 +91,7 @@ func (ex *exchange) handle(r *extprocv3.ProcessingRequest) error {
 	}
 	switch m := r.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
+		ex.identify(r)
 		return ex.requestHeaders(m.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return ex.requestBody(m.RequestBody)
@@ -136,6 +139,7 @@ func (ex *exchange) requestHeaders(h *extprocv3.HttpHeaders) error {
 	}
 	ex.req.API = apiOf(ex.method, ex.path)
 	ex.req.Path = ex.path
+	ex.trace = ex.s.tr.start(ex.ctx, h.GetHeaders().GetHeaders(), &ex.req, ex.method)
 	if h.GetEndOfStream() {
 		ex.reqEnded = true
 		return ex.routeReply(false)
@@ -261,6 +265,7 @@ func (ex *exchange) reject(reason string, status int, msg string) error {
 func (ex *exchange) sendReject(r *rejection) error {
 	ex.rejected = true
 	ex.s.m.rejections.WithLabelValues(r.reason).Inc()
+	ex.trace.rejected(r)
 	ex.code = strconv.Itoa(r.status)
 	ex.s.log.Info("request rejected", "request_id", ex.req.ID, "status", r.status, "reason", r.reason, "msg", r.msg)
 	return ex.send(errorReply(ex.req.API, r.status, r.msg, ex.s.cfg.RetryAfter))
@@ -308,13 +313,14 @@ func (ex *exchange) decide() (*extprocv3.CommonResponse, *structpb.Struct, *reje
 	ex.s.log.Debug("routed", "request_id", r.ID, "model", r.Model, "worker", dec.Worker,
 		"policy", dec.Policy, "mode", dec.Mode, "reason", dec.Reason)
 	cr, md := routeMutation(ex.s.cfg.DestinationHeader, ex.s.cfg.MetadataNamespace, dec.Address)
+	ex.observeDecision(cr)
 	return cr, md, nil
 }
 
 func (ex *exchange) responseHeaders(h *extprocv3.HttpHeaders) error {
-	if !ex.gotReqHeaders {
-		return outOfOrder("response_headers", "before request_headers")
-	}
+	// Without request_headers this is a local reply from a filter before
+	// ext_proc (jwt_authn's 401, ext_authz's 403): Envoy still sends it
+	// through; pass it on untouched.
 	if ex.gotRespHeaders {
 		return outOfOrder("response_headers", "twice")
 	}
@@ -437,6 +443,7 @@ func (ex *exchange) endAssignment(end scoring.End) {
 		}
 		ex.s.assignments.End(ex.asg, o)
 	}
+	ex.trace.ended(ex.dec, o, ex.watch, ex.req.Stream, now)
 }
 
 // cleanup runs when the stream ends, however it ends: an unfinished
@@ -456,6 +463,7 @@ func (ex *exchange) cleanup() {
 	if model != "" && !slices.Contains(ex.s.pool.Models(), model) {
 		model = "unknown"
 	}
+	ex.observeFinal(code, model)
 	ex.s.m.requests.WithLabelValues(string(ex.req.API), model, code).Inc()
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/warmpath/warmpath/discovery"
 	"github.com/warmpath/warmpath/scoring"
+	"github.com/warmpath/warmpath/telemetry"
 )
 
 // Picker chooses the worker for a request. The scoring package's policies
@@ -46,16 +47,11 @@ type Pool interface {
 	Models() []string
 }
 
-// HealthReporter learns what happened to each upstream request, so a worker
-// that fails can be ejected. err is non-nil when no response arrived.
+// HealthReporter learns the status of each upstream response, so a worker
+// that fails can be ejected. err is reserved for transport failures.
 type HealthReporter interface {
 	ReportResult(worker string, status int, err error)
 }
-
-// ErrNoResponse is reported to the HealthReporter when a routed request
-// ended before any response headers arrived (connection failure, or the
-// client left first).
-var ErrNoResponse = errors.New("no response from upstream")
 
 // Config tunes a Server. The zero value is not usable; fill every field.
 type Config struct {
@@ -93,6 +89,11 @@ type Server struct {
 	log    *slog.Logger
 	now    func() time.Time
 	m      *metrics
+	om     *observeMetrics
+
+	tr      *tracing // nil when tracing is off
+	semconv telemetry.Semconv
+	tenant  TenantConfig
 
 	assignments *Registry
 }
@@ -113,6 +114,7 @@ func New(cfg Config, pool Pool, picker Picker, reg prometheus.Registerer, log *s
 	for _, o := range opts {
 		o(s)
 	}
+	s.om = newObserveMetrics(reg, s.semconv, s.tenant.Labels)
 	s.assignments = NewRegistry(cfg.AssignmentTTL, s.now, s.ended)
 	return s
 }
@@ -123,20 +125,22 @@ func (s *Server) Run(ctx context.Context) error { return s.assignments.Run(ctx) 
 // InFlight returns the number of assignments not yet ended.
 func (s *Server) InFlight() int { return s.assignments.Len() }
 
+// InFlightByWorker returns the assignments not yet ended, per worker.
+func (s *Server) InFlightByWorker() map[string]int { return s.assignments.ByWorker() }
+
 // Assignments returns the server's in-flight registry.
 func (s *Server) Assignments() *Registry { return s.assignments }
 
 // ended is the registry's end hook: metrics, health and the picker's feedback.
 func (s *Server) ended(a *Assignment, o scoring.Outcome) {
 	s.m.ended.WithLabelValues(string(o.End)).Inc()
+	s.om.outcome(a.Decision, o)
 	s.m.inFlight.WithLabelValues(a.Worker).Set(float64(s.assignments.InFlight(a.Worker)))
-	if s.health != nil {
-		switch {
-		case o.HTTPStatus == 0 && o.End == scoring.EndAborted:
-			s.health.ReportResult(a.Worker, 0, ErrNoResponse)
-		case o.HTTPStatus != 0:
-			s.health.ReportResult(a.Worker, o.HTTPStatus, nil)
-		}
+	// An assignment that ended before any response (the client left, or
+	// the upstream never answered) says nothing certain about the worker;
+	// the active health check judges those.
+	if s.health != nil && o.HTTPStatus != 0 {
+		s.health.ReportResult(a.Worker, o.HTTPStatus, nil)
 	}
 	s.picker.Done(a.Decision, o)
 }
@@ -161,6 +165,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			var pe *protocolError
 			if errors.As(err, &pe) {
 				s.m.streamErrors.WithLabelValues("out_of_order").Inc()
+				ex.trace.fail(err)
 				s.log.Warn("ext_proc protocol error", "request_id", ex.req.ID, "err", err)
 				return status.Error(codes.FailedPrecondition, err.Error())
 			}

@@ -293,7 +293,6 @@ func TestOutOfOrderIsAStreamError(t *testing.T) {
 			e.recv()
 			e.responseBody("x", true)
 		}},
-		{"response before request", func(e *envoy) { e.responseHeaders("200", "text/plain", false) }},
 		{"body after end", func(e *envoy) {
 			e.requestHeaders("POST", "/v1/chat/completions", false)
 			e.requestBody(chatBody, true)

@@ -17,8 +17,8 @@ import (
 // user turns become tool messages, elsewhere text parts "Tool result: ...";
 // tools become OpenAI function tools; output_config.effort becomes
 // reasoning_effort. Images, and tool_use blocks without an id (vLLM invents
-// a time-based one), give ErrUnsupported. Errors wrap ErrBadRequest,
-// ErrUnsupported or ErrTemplate.
+// a time-based one), give ErrUnsupportedRequest. Errors wrap ErrBadRequest,
+// ErrUnsupportedRequest or ErrTemplate.
 func (c *ChatTemplate) RenderAnthropic(body []byte) (string, error) {
 	out, err := c.renderAnthropic(body)
 	c.metrics.observe("anthropic", err)
@@ -113,7 +113,7 @@ func anthropicToOpenAI(req *jinja.Dict) (*jinja.Dict, error) {
 				}
 				parts.Items = append(parts.Items, textPart(ts))
 			case "image":
-				return nil, fmt.Errorf("messages[%d].content[%d] is an image: %w", i, j, ErrUnsupported)
+				return nil, fmt.Errorf("messages[%d].content[%d] is an image: %w", i, j, ErrUnsupportedRequest)
 			case "thinking":
 				tv, _ := bd.Get("thinking")
 				if tv == nil {
@@ -128,7 +128,7 @@ func anthropicToOpenAI(req *jinja.Dict) (*jinja.Dict, error) {
 			case "tool_use":
 				id, _ := bd.Get("id")
 				if !truth(id) {
-					return nil, fmt.Errorf("messages[%d].content[%d]: tool_use without id gets a time-based id: %w", i, j, ErrUnsupported)
+					return nil, fmt.Errorf("messages[%d].content[%d]: tool_use without id gets a time-based id: %w", i, j, ErrUnsupportedRequest)
 				}
 				name, _ := bd.Get("name")
 				if !truth(name) {
@@ -313,7 +313,7 @@ func toolResultText(rc jinja.Value, i, j int) (string, error) {
 				ts, _ := tv.(string)
 				texts = append(texts, ts)
 			case "image", "tool_reference":
-				return "", fmt.Errorf("messages[%d].content[%d] tool_result holds %v: %w", i, j, t, ErrUnsupported)
+				return "", fmt.Errorf("messages[%d].content[%d] tool_result holds %v: %w", i, j, t, ErrUnsupportedRequest)
 			}
 		}
 		return strings.Join(texts, "\n"), nil

@@ -17,10 +17,10 @@ var (
 	// ErrBadRequest means the request body is not a chat request this
 	// package can read (invalid JSON, wrong field types).
 	ErrBadRequest = errors.New("bad chat request")
-	// ErrUnsupported means the request is valid but needs something local
+	// ErrUnsupportedRequest means the request is valid but needs something local
 	// rendering does not do exactly (images, audio, a request-supplied
 	// template); the caller should use the worker's /tokenize instead.
-	ErrUnsupported = errors.New("unsupported chat request")
+	ErrUnsupportedRequest = errors.New("unsupported chat request")
 	// ErrTemplate means the chat template failed, including its own
 	// raise_exception.
 	ErrTemplate = errors.New("chat template error")

@@ -37,7 +37,7 @@ func FuzzRenderOpenAI(f *testing.F) {
 				if errors.Is(err1, jinja.ErrInternal) {
 					t.Fatalf("internal error: %v", err1)
 				}
-				if !errors.Is(err1, ErrBadRequest) && !errors.Is(err1, ErrUnsupported) && !errors.Is(err1, ErrTemplate) {
+				if !errors.Is(err1, ErrBadRequest) && !errors.Is(err1, ErrUnsupportedRequest) && !errors.Is(err1, ErrTemplate) {
 					t.Fatalf("error outside the defined classes: %v", err1)
 				}
 			}

@@ -41,7 +41,7 @@ func (m *ChatMetrics) observe(api string, err error) {
 	result := "ok"
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrUnsupported):
+	case errors.Is(err, ErrUnsupportedRequest):
 		result = "unsupported"
 	case errors.Is(err, ErrTemplate):
 		result = "template_error"

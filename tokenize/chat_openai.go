@@ -12,7 +12,7 @@ import (
 // messages, tools, documents, add_generation_prompt (default true),
 // continue_final_message and chat_template_kwargs; numbers keep their exact
 // form (1.0 stays a float, big integers stay exact) and objects keep their
-// key order. Errors wrap ErrBadRequest, ErrUnsupported or ErrTemplate.
+// key order. Errors wrap ErrBadRequest, ErrUnsupportedRequest or ErrTemplate.
 func (c *ChatTemplate) RenderOpenAI(body []byte) (string, error) {
 	out, err := c.renderOpenAI(body)
 	c.metrics.observe("openai", err)
@@ -38,7 +38,7 @@ func (c *ChatTemplate) renderOpenAI(body []byte) (string, error) {
 
 func (c *ChatTemplate) openAIInput(req *jinja.Dict) (*chatInput, error) {
 	if t, ok := req.Get("chat_template"); ok && t != nil {
-		return nil, fmt.Errorf("request-supplied chat_template: %w", ErrUnsupported)
+		return nil, fmt.Errorf("request-supplied chat_template: %w", ErrUnsupportedRequest)
 	}
 	in := &chatInput{AddGenerationPrompt: true}
 	var err error
@@ -283,7 +283,7 @@ func contentTexts(cv jinja.Value, i int) ([]string, error) {
 					}
 					texts = append(texts, ts)
 				default:
-					return nil, fmt.Errorf("messages[%d].content[%d] of type %v: %w", i, j, tv, ErrUnsupported)
+					return nil, fmt.Errorf("messages[%d].content[%d] of type %v: %w", i, j, tv, ErrUnsupportedRequest)
 				}
 			default:
 				return nil, fmt.Errorf("messages[%d].content[%d] must be an object: %w", i, j, ErrBadRequest)

@@ -150,8 +150,8 @@ func TestRenderOpenAIErrors(t *testing.T) {
 		{"message not object", `{"messages": ["hi"]}`, ErrBadRequest},
 		{"role not string", `{"messages": [{"role": 1, "content": "x"}]}`, ErrBadRequest},
 		{"content number", `{"messages": [{"role": "user", "content": 5}]}`, ErrBadRequest},
-		{"image part", `{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}`, ErrUnsupported},
-		{"request template", `{"messages": [{"role": "user", "content": "x"}], "chat_template": "{{ 1 }}"}`, ErrUnsupported},
+		{"image part", `{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}`, ErrUnsupportedRequest},
+		{"request template", `{"messages": [{"role": "user", "content": "x"}], "chat_template": "{{ 1 }}"}`, ErrUnsupportedRequest},
 		{"tools not list", `{"messages": [{"role": "user", "content": "x"}], "tools": {}}`, ErrBadRequest},
 		{"tool without name", `{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {}}]}`, ErrBadRequest},
 		{"tool wrong type", `{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "retrieval", "function": {"name": "f"}}]}`, ErrBadRequest},
@@ -189,8 +189,8 @@ func TestRenderAnthropicErrors(t *testing.T) {
 		{"not json", `{`, ErrBadRequest},
 		{"system number", `{"system": 3, "messages": [{"role": "user", "content": "x"}]}`, ErrBadRequest},
 		{"content number", `{"messages": [{"role": "user", "content": 3}]}`, ErrBadRequest},
-		{"image block", `{"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}`, ErrUnsupported},
-		{"tool_use without id", `{"messages": [{"role": "assistant", "content": [{"type": "tool_use", "name": "f", "input": {}}]}]}`, ErrUnsupported},
+		{"image block", `{"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}`, ErrUnsupportedRequest},
+		{"tool_use without id", `{"messages": [{"role": "assistant", "content": [{"type": "tool_use", "name": "f", "input": {}}]}]}`, ErrUnsupportedRequest},
 		{"tools not list", `{"messages": [{"role": "user", "content": "x"}], "tools": 1}`, ErrBadRequest},
 	}
 	for _, tc := range tests {

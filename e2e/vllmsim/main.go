@@ -13,10 +13,6 @@ import (
 	"time"
 )
 
-// ErrTokenizerUnavailable is returned for --tokenizer until the tokenize
-// package is wired into this binary.
-var ErrTokenizerUnavailable = errors.New("tokenizer not available in this build: send token-id prompts to /v1/completions")
-
 // Main runs the vllm-sim command: it parses args (flags named as `vllm
 // serve` names them where vLLM has them), starts a Server, prints one
 // ready line with its addresses as JSON to stdout, and serves until ctx

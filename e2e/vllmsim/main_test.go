@@ -46,7 +46,7 @@ func TestMainRejectsBadFlags(t *testing.T) {
 		{"bad kv json", []string{"--kv-events-config", `{"enable_kv_cache_events":1}`}, "kv-events-config"},
 		{"unknown kv field", []string{"--kv-events-config", `{"endpont":"x"}`}, "unknown field"},
 		{"hash algo", []string{"--prefix-caching-hash-algo", "sha256"}, "only sha256_cbor"},
-		{"tokenizer", []string{"--tokenizer", "/nonexistent"}, "tokenizer not available in this build"},
+		{"tokenizer", []string{"--tokenizer", "/nonexistent"}, "--tokenizer /nonexistent"},
 		{"negative coefficient", []string{"--prefill-us-per-token", "-1"}, "must not be negative"},
 		{"zero time scale", []string{"--time-scale", "0"}, "time scale"},
 		{"fraction", []string{"--fault-error-fraction", "2"}, "within [0, 1]"},

@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/warmpath/warmpath/extproc"
-	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/scoring"
 )
 
@@ -24,7 +23,7 @@ const maxLookupBody = 32 << 20
 // newAdminHandler serves the admin API: /metrics from reg, /healthz (the
 // process is alive), /readyz (ready() holds), /debug/workers and POST
 // /debug/lookup.
-func newAdminHandler(reg *prometheus.Registry, ready func() bool, pool extproc.Pool, proc *extproc.Server, pred predictor, ix *kvindex.Index) http.Handler {
+func newAdminHandler(reg *prometheus.Registry, ready func() bool, pool extproc.Pool, pred predictor, status func() any) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -38,18 +37,7 @@ func newAdminHandler(reg *prometheus.Registry, ready func() bool, pool extproc.P
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /debug/workers", func(w http.ResponseWriter, _ *http.Request) {
-		type worker struct {
-			Name     string   `json:"name"`
-			Address  string   `json:"address"`
-			Models   []string `json:"models"`
-			InFlight int      `json:"in_flight"`
-		}
-		ws, _ := pool.Candidates("")
-		out := make([]worker, len(ws))
-		for i, x := range ws {
-			out[i] = worker{x.Name, x.Address, x.Models, proc.Assignments().InFlight(x.Name)}
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"workers": out, "index": ix.DebugWorkers()})
+		writeJSON(w, http.StatusOK, status())
 	})
 	mux.HandleFunc("POST /debug/lookup", func(w http.ResponseWriter, r *http.Request) {
 		var in struct {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,8 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warmpath/warmpath/discovery"
-	"github.com/warmpath/warmpath/extproc"
-	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/scoring"
 )
 
@@ -30,11 +27,14 @@ func (p *recordingPredictor) Predict(_ context.Context, req *scoring.Request, ws
 
 func TestDebugLookup(t *testing.T) {
 	t.Parallel()
-	pool := newStaticPool([]discovery.Worker{{Name: "w0", Address: "127.0.0.1:1", Models: []string{"qwen3"}}})
+	pool, err := discovery.NewPool(nil, discovery.HealthConfig{ActiveInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Apply([]discovery.Worker{{Name: "w0", Address: "127.0.0.1:1", Models: []string{"qwen3"}}})
 	reg := prometheus.NewRegistry()
-	proc := extproc.New(extprocConfig(DefaultConfig()), pool, &scoring.RoundRobin{}, reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	pred := &recordingPredictor{}
-	srv := httptest.NewServer(newAdminHandler(reg, func() bool { return true }, pool, proc, pred, kvindex.New()))
+	srv := httptest.NewServer(newAdminHandler(reg, func() bool { return true }, pool, pred, func() any { return map[string]int{"workers": 1} }))
 	defer srv.Close()
 	tests := []struct {
 		name, body string

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -34,6 +35,10 @@ type Config struct {
 	Workers []WorkerConfig `yaml:"workers"`
 	// ExtProc tunes the Envoy-facing protocol handling.
 	ExtProc ExtProcConfig `yaml:"extproc"`
+	// Discovery says where the worker set comes from (the workers list,
+	// reloaded on change, or Kubernetes), and tunes metrics scraping and
+	// health checking.
+	Discovery DiscoveryConfig `yaml:"discovery"`
 	// KVIndex tunes the KV-cache index and its event subscribers.
 	KVIndex KVIndexConfig `yaml:"kvindex"`
 	// Scoring tunes the TTFT model, calibration and baselines (see
@@ -42,6 +47,56 @@ type Config struct {
 	Scoring scoring.Config `yaml:"scoring"`
 	// Log sets the log level and format.
 	Log LogConfig `yaml:"log"`
+	// Telemetry tunes tracing; exporters come from the OTEL_* variables.
+	Telemetry TelemetryConfig `yaml:"telemetry"`
+	// Tenant says where a request's tenant identity comes from.
+	Tenant TenantConfig `yaml:"tenant"`
+
+	path string // the file it was loaded from, for reloads
+}
+
+// TelemetryConfig tunes tracing. Whether and where spans are exported is
+// set by the standard OTEL_* environment variables (OTEL_TRACES_EXPORTER
+// otlp or console; unset means off).
+type TelemetryConfig struct {
+	// CapturePrompts puts the request's messages or prompt on the GenAI span
+	// (gen_ai.input.messages). Prompts are user data. Default false.
+	CapturePrompts bool `yaml:"capture_prompts"`
+}
+
+// TenantConfig selects the single trusted source of tenant identity.
+type TenantConfig struct {
+	// Trust is "" (default: no tenants), "attribute" (an Envoy request
+	// attribute such as the mTLS peer's URI SAN), "jwt" (a claim verified by
+	// Envoy's jwt_authn and forwarded as metadata) or "header" (a request
+	// header, believed blindly: WARNING, only safe when a proxy in front of
+	// Envoy always sets or strips it).
+	Trust string `yaml:"trust"`
+	// Attribute is the request_attributes expression, exactly as listed in
+	// the ext_proc filter (trust: attribute), e.g.
+	// connection.uri_san_peer_certificate.
+	Attribute string `yaml:"attribute"`
+	// Metadata locates the claim (trust: jwt): namespace default
+	// envoy.filters.http.jwt_authn, path e.g. [jwt_payload, tenant] for
+	// payload_in_metadata: jwt_payload.
+	Metadata TenantMetadata `yaml:"metadata"`
+	// TrimPrefix is removed from the value; values without it are rejected.
+	TrimPrefix string `yaml:"trim_prefix"`
+	// Header is the tenant header (required for trust: header). Under every
+	// trust warmpath removes it from the upstream request; under attribute and
+	// jwt a client-set copy is ignored and counted.
+	Header string `yaml:"header"`
+	// Labels adds a tenant label to the GenAI request metrics. Default false.
+	Labels bool `yaml:"labels"`
+	// Allow lists the tenants that get their own label value; all others are
+	// "other", requests without a tenant "none".
+	Allow []string `yaml:"allow"`
+}
+
+// TenantMetadata is a path into forwarded dynamic metadata.
+type TenantMetadata struct {
+	Namespace string   `yaml:"namespace"`
+	Path      []string `yaml:"path"`
 }
 
 // ListenConfig holds listen addresses. Port 0 picks a free port; the chosen
@@ -59,10 +114,14 @@ type ModelConfig struct {
 	// Name is the model name clients send in "model". Required.
 	Name string `yaml:"name"`
 	// Tokenizer is a directory holding tokenizer.json and
-	// tokenizer_config.json; empty means use the workers' /tokenize.
+	// tokenizer_config.json, relative to the config file's directory;
+	// empty means use the workers' /tokenize.
 	Tokenizer string `yaml:"tokenizer"`
 	// BlockSize is the engines' KV block size in tokens. Default 16.
 	BlockSize int `yaml:"block_size"`
+	// TokenizerCacheMiB bounds the conversation prefix cache that lets a
+	// follow-up turn re-tokenize only its new tail. Default 64.
+	TokenizerCacheMiB int `yaml:"tokenizer_cache_mib"`
 }
 
 // WorkerConfig is one statically configured vLLM server (see
@@ -107,6 +166,61 @@ type ExtProcConfig struct {
 	DrainTimeout Duration `yaml:"drain_timeout"`
 	// RetryAfter is the Retry-After value (seconds) on 503 replies. Default 1.
 	RetryAfter int `yaml:"retry_after"`
+}
+
+// DiscoveryConfig configures package discovery.
+type DiscoveryConfig struct {
+	// StaticReload is how often the config file is checked for changes to
+	// workers (static discovery). Default 1s.
+	StaticReload Duration `yaml:"static_reload"`
+	// Kubernetes, when its namespace is set, replaces the workers list with
+	// the Ready pods of a label selector or an InferencePool.
+	Kubernetes KubernetesConfig `yaml:"kubernetes"`
+	// Scrape tunes the engines' /metrics scraping.
+	Scrape ScrapeConfig `yaml:"scrape"`
+	// Health tunes passive ejection and active /health checks.
+	Health HealthConfig `yaml:"health"`
+}
+
+// KubernetesConfig selects worker pods (see deploy/README.md for the
+// warmpath.io/* annotations that override Defaults per pod).
+type KubernetesConfig struct {
+	Namespace     string `yaml:"namespace"`
+	LabelSelector string `yaml:"label_selector"`
+	// InferencePool names an inference.networking.k8s.io/v1 InferencePool
+	// whose selector and target ports define the workers.
+	InferencePool string `yaml:"inference_pool"`
+	// Kubeconfig is a kubeconfig path; empty tries $KUBECONFIG,
+	// ~/.kube/config, then in-cluster credentials.
+	Kubeconfig string      `yaml:"kubeconfig"`
+	Defaults   PodDefaults `yaml:"defaults"`
+}
+
+// PodDefaults are per-pod settings annotations may override.
+type PodDefaults struct {
+	HTTPPort         int      `yaml:"http_port"`
+	KVEventsPort     int      `yaml:"kv_events_port"`
+	KVReplayPort     int      `yaml:"kv_replay_port"`
+	DataParallelSize int      `yaml:"data_parallel_size"`
+	Models           []string `yaml:"models"`
+}
+
+// ScrapeConfig: Interval between scrapes (default 1s); MaxAge after which
+// a worker's load is stale, never read as zero (default 3s).
+type ScrapeConfig struct {
+	Interval Duration `yaml:"interval"`
+	MaxAge   Duration `yaml:"max_age"`
+}
+
+// HealthConfig: FailureThreshold consecutive 5xx eject a worker (default 3;
+// a refused connection ejects at once) for BaseEjection (default 1s),
+// doubling per repeat up to MaxEjection (default 30s); ActiveInterval is
+// the GET /health period (default 5s; negative disables).
+type HealthConfig struct {
+	ActiveInterval   Duration `yaml:"active_interval"`
+	FailureThreshold int      `yaml:"failure_threshold"`
+	BaseEjection     Duration `yaml:"base_ejection"`
+	MaxEjection      Duration `yaml:"max_ejection"`
 }
 
 // KVIndexConfig tunes package kvindex.
@@ -170,6 +284,13 @@ func DefaultConfig() Config {
 			DrainTimeout:      Duration(30 * time.Second),
 			RetryAfter:        1,
 		},
+		Discovery: DiscoveryConfig{
+			StaticReload: Duration(time.Second),
+			Kubernetes:   KubernetesConfig{Defaults: PodDefaults{HTTPPort: 8000}},
+			Scrape:       ScrapeConfig{Interval: Duration(time.Second), MaxAge: Duration(3 * time.Second)},
+			Health: HealthConfig{ActiveInterval: Duration(5 * time.Second), FailureThreshold: 3,
+				BaseEjection: Duration(time.Second), MaxEjection: Duration(30 * time.Second)},
+		},
 		KVIndex: KVIndexConfig{
 			EntryBudget:    kvindex.DefaultEntryBudget,
 			StaleAfter:     Duration(kvindex.DefaultStaleAfter),
@@ -178,6 +299,7 @@ func DefaultConfig() Config {
 		},
 		Scoring: scoring.DefaultConfig(),
 		Log:     LogConfig{Level: "info", Format: "text"},
+		Tenant:  TenantConfig{Metadata: TenantMetadata{Namespace: "envoy.filters.http.jwt_authn"}},
 	}
 }
 
@@ -191,16 +313,22 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("read config: %w", err)
 	}
-	cfg, err := ParseConfig(b)
+	cfg, err := parseConfig(b, filepath.Dir(path))
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
+	cfg.path = path
 	return cfg, nil
 }
 
 // ParseConfig strictly decodes YAML over the defaults and validates it. An
-// unknown key is an error naming the key and its line.
-func ParseConfig(b []byte) (Config, error) {
+// unknown key is an error naming the key and its line. Relative tokenizer
+// paths are taken from the working directory.
+func ParseConfig(b []byte) (Config, error) { return parseConfig(b, "") }
+
+// parseConfig is ParseConfig with relative tokenizer paths resolved
+// against dir (the config file's directory).
+func parseConfig(b []byte, dir string) (Config, error) {
 	cfg := DefaultConfig()
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -210,6 +338,12 @@ func ParseConfig(b []byte) (Config, error) {
 	for i := range cfg.Models {
 		if cfg.Models[i].BlockSize == 0 {
 			cfg.Models[i].BlockSize = defaultBlockSize
+		}
+		if cfg.Models[i].TokenizerCacheMiB == 0 {
+			cfg.Models[i].TokenizerCacheMiB = 64
+		}
+		if t := cfg.Models[i].Tokenizer; t != "" && dir != "" && !filepath.IsAbs(t) {
+			cfg.Models[i].Tokenizer = filepath.Join(dir, t)
 		}
 	}
 	if err := cfg.Validate(); err != nil {
@@ -246,6 +380,16 @@ func (c *Config) Validate() error {
 		models[m.Name] = true
 		if m.BlockSize < 1 {
 			bad("models[%d].block_size: must be positive, got %d", i, m.BlockSize)
+		}
+		if m.TokenizerCacheMiB < 0 {
+			bad("models[%d].tokenizer_cache_mib: must not be negative", i)
+		}
+		if m.Tokenizer != "" {
+			if _, err := os.Stat(filepath.Join(m.Tokenizer, "tokenizer.json")); err != nil {
+				if _, errGz := os.Stat(filepath.Join(m.Tokenizer, "tokenizer.json.gz")); errGz != nil {
+					bad("models[%d].tokenizer: %s holds no tokenizer.json", i, m.Tokenizer)
+				}
+			}
 		}
 	}
 	names := map[string]bool{}
@@ -305,6 +449,18 @@ func (c *Config) Validate() error {
 	if e.RetryAfter < 0 {
 		bad("extproc.retry_after: must not be negative")
 	}
+	if d := c.Discovery; d.StaticReload <= 0 || d.Scrape.Interval <= 0 || d.Scrape.MaxAge <= 0 ||
+		d.Health.FailureThreshold < 1 || d.Health.BaseEjection <= 0 || d.Health.MaxEjection < d.Health.BaseEjection {
+		bad("discovery: static_reload, scrape intervals and ejection periods must be positive, failure_threshold at least 1, max_ejection ≥ base_ejection")
+	}
+	if k := c.Discovery.Kubernetes; k.Namespace != "" {
+		if len(c.Workers) > 0 {
+			bad("discovery.kubernetes: set together with workers; choose one source")
+		}
+		if k.LabelSelector == "" && k.InferencePool == "" {
+			bad("discovery.kubernetes: label_selector or inference_pool required")
+		}
+	}
 	if c.KVIndex.EntryBudget < 1 {
 		bad("kvindex.entry_budget: must be positive")
 	}
@@ -317,6 +473,7 @@ func (c *Config) Validate() error {
 	if c.Log.Format != "text" && c.Log.Format != "json" {
 		bad("log.format: want text or json, got %q", c.Log.Format)
 	}
+	errs = append(errs, c.Tenant.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -330,6 +487,16 @@ func (c *Config) DiscoveryWorkers() []discovery.Worker {
 		}
 	}
 	return ws
+}
+
+// blockSizeOf returns the configured block size of model, 0 when unknown.
+func (c *Config) blockSizeOf(model string) int {
+	for _, m := range c.Models {
+		if m.Name == model {
+			return m.BlockSize
+		}
+	}
+	return 0
 }
 
 // scoringConfig is the scoring section with the models' block sizes.
@@ -359,4 +526,41 @@ func contains(xs []string, s string) bool {
 		}
 	}
 	return false
+}
+
+func (t *TenantConfig) validate() []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch t.Trust {
+	case "":
+	case "attribute":
+		if t.Attribute == "" {
+			bad("tenant.attribute: required with trust: attribute")
+		}
+	case "jwt":
+		if t.Metadata.Namespace == "" || len(t.Metadata.Path) == 0 {
+			bad("tenant.metadata: namespace and path required with trust: jwt")
+		}
+	case "header":
+		if t.Header == "" {
+			bad("tenant.header: required with trust: header")
+		}
+	default:
+		bad("tenant.trust: want attribute, jwt or header, got %q", t.Trust)
+	}
+	if t.Header != "" && (strings.ToLower(t.Header) != t.Header || strings.HasPrefix(t.Header, ":")) {
+		bad("tenant.header: want a lower-case header name, got %q", t.Header)
+	}
+	if t.Labels && t.Trust == "" {
+		bad("tenant.labels: set without a tenant source (tenant.trust)")
+	}
+	if len(t.Allow) > 0 && !t.Labels {
+		bad("tenant.allow: set without tenant.labels: true")
+	}
+	for _, a := range t.Allow {
+		if a == "other" || a == "none" || a == "" {
+			bad("tenant.allow: %q is reserved", a)
+		}
+	}
+	return errs
 }

@@ -13,7 +13,7 @@ listen: {extproc: ":9002", admin: ":9090"}
 policy: round-robin
 models:
   - name: qwen3
-    tokenizer: ./tokenizers/qwen3
+    tokenizer: ../../tokenize/testdata/models/qwen3
     block_size: 16
 workers:
   - name: w0
@@ -108,7 +108,8 @@ func TestConfigValidateCommand(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
 	bad := filepath.Join(dir, "bad.yaml")
-	os.WriteFile(good, []byte(exampleConfig), 0o644)
+	abs, _ := filepath.Abs("../../tokenize/testdata/models/qwen3")
+	os.WriteFile(good, []byte(strings.Replace(exampleConfig, "../../tokenize/testdata/models/qwen3", abs, 1)), 0o644)
 	os.WriteFile(bad, []byte("policy: nope\nworkerz: []\n"), 0o644)
 	var out, errOut strings.Builder
 	if err := run(t.Context(), []string{"config", "validate", good}, nil, &out, &errOut); err != nil || out.String() != "ok\n" {

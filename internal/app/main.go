@@ -51,6 +51,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runServe(ctx, rest, stdout, stderr)
 	case "config":
 		return runConfig(rest, stdout, stderr)
+	case "tokenize":
+		return runTokenize(ctx, rest, stdin, stdout, stderr)
 	case "kvevents":
 		return runKVEvents(ctx, rest, stdin, stdout, stderr)
 	case "version", "--version":

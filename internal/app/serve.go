@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +25,8 @@ import (
 	"github.com/warmpath/warmpath/extproc"
 	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/scoring"
+	"github.com/warmpath/warmpath/telemetry"
+	"github.com/warmpath/warmpath/tokenize"
 )
 
 // healthServices are the gRPC health service names warmpath answers: the
@@ -39,7 +40,16 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	pool := newStaticPool(cfg.DiscoveryWorkers())
+	dopts := []discovery.Option{discovery.WithLogger(log.With("component", "discovery")), discovery.WithRegisterer(reg)}
+	pool, err := newPool(cfg, dopts)
+	if err != nil {
+		return err
+	}
+	scraper, err := discovery.NewScraper(pool, discovery.ScrapeConfig{
+		Interval: time.Duration(cfg.Discovery.Scrape.Interval), MaxAge: time.Duration(cfg.Discovery.Scrape.MaxAge)}, dopts...)
+	if err != nil {
+		return fmt.Errorf("discovery: %w", err)
+	}
 	index := kvindex.New(
 		kvindex.WithEntryBudget(cfg.KVIndex.EntryBudget),
 		kvindex.WithStaleAfter(time.Duration(cfg.KVIndex.StaleAfter)),
@@ -50,16 +60,37 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	subs := kvindex.NewSubscribers(index,
 		kvindex.WithTopic(cfg.KVIndex.Topic),
 		kvindex.WithReplayTimeout(time.Duration(cfg.KVIndex.ReplayTimeout)))
-	subs.Update(pool.workers)
+	guard, err := discovery.NewGuard(pool, scraper, discovery.GuardConfig{
+		BlockSize:      cfg.blockSizeOf,
+		EventBlockSize: index.BlockSizeSeen,
+	}, dopts...)
+	if err != nil {
+		return fmt.Errorf("discovery: %w", err)
+	}
+	tokens, err := newTokenSource(cfg, pool, reg)
+	if err != nil {
+		return err
+	}
 	router, err := scoring.New(cfg.Policy, cfg.scoringConfig(), scoring.Deps{
+		Tokens:     tokens,
 		Index:      prefixIndex{index},
+		Load:       engineLoad{scraper},
 		Registerer: reg,
 		Logger:     log.With("component", "scoring"),
 	})
 	if err != nil {
 		return fmt.Errorf("scoring: %w", err)
 	}
-	proc := extproc.New(extprocConfig(cfg), pool, eo.picker(router), reg, log)
+	tp, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: "warmpath", Version: Version, Stdout: stdout})
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	if cfg.Tenant.Trust == "header" {
+		log.Warn("tenant identity is taken from a request header; anyone who can set that header before Envoy can claim any tenant",
+			"header", cfg.Tenant.Header)
+	}
+	proc := extproc.New(extprocConfig(cfg), pool, eo.picker(router), reg, log, extproc.WithHealth(pool),
+		extproc.WithTracing(tp, cfg.Telemetry.CapturePrompts), extproc.WithTenant(tenantConfig(cfg.Tenant)))
 
 	gs := grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.ExtProc.MaxRecvMsgBytes),
@@ -87,9 +118,14 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	}
 
 	var stopping atomic.Bool
-	ready := func() bool { return !stopping.Load() && anyUsable(pool.workers, index) }
+	ready := func() bool {
+		return !stopping.Load() && pool.ReadyWhere(func(w discovery.Worker) bool { return w.KVEvents == "" || index.CaughtUp(w.Name) })
+	}
+	status := func() any {
+		return map[string]any{"workers": discovery.Status(pool, scraper, guard), "index": index.DebugWorkers(), "in_flight": proc.InFlightByWorker()}
+	}
 	admin := &http.Server{
-		Handler:           newAdminHandler(reg, ready, pool, proc, router, index),
+		Handler:           newAdminHandler(reg, ready, pool, router, status),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 
@@ -108,6 +144,28 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	})
 	g.Go(func() error { return proc.Run(gctx) })
 	g.Go(func() error { return subs.Run(gctx) })
+	g.Go(func() error { return pool.Run(gctx) })
+	g.Go(func() error { return scraper.Run(gctx) })
+	g.Go(func() error { return guard.Run(gctx) })
+	g.Go(func() error {
+		// The index and the router follow the worker set: subscribe and
+		// unsubscribe, and forget what was learned about departed workers.
+		prev := map[string]bool{}
+		for ws := range pool.Watch(gctx) {
+			subs.Update(ws)
+			now := map[string]bool{}
+			for _, w := range ws {
+				now[w.Name] = true
+			}
+			for name := range prev {
+				if !now[name] {
+					router.Forget(name)
+				}
+			}
+			prev = now
+		}
+		return nil
+	})
 	g.Go(func() error { return followReadiness(gctx, hs, ready) })
 	g.Go(func() error {
 		<-gctx.Done()
@@ -117,7 +175,7 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		drain(gs, time.Duration(cfg.ExtProc.DrainTimeout))
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return admin.Shutdown(sctx)
+		return errors.Join(admin.Shutdown(sctx), tp.Shutdown(sctx))
 	})
 
 	fmt.Fprintf(stdout, "warmpath ready extproc=%s admin=%s\n", grpcLis.Addr(), adminLis.Addr())
@@ -200,6 +258,14 @@ func extprocConfig(cfg Config) extproc.Config {
 	}
 }
 
+func tenantConfig(t TenantConfig) extproc.TenantConfig {
+	return extproc.TenantConfig{
+		Trust: extproc.TenantTrust(t.Trust), Attribute: t.Attribute,
+		MetadataNamespace: t.Metadata.Namespace, MetadataPath: t.Metadata.Path,
+		TrimPrefix: t.TrimPrefix, Header: t.Header, Labels: t.Labels, Allow: t.Allow,
+	}
+}
+
 func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.Level)) // validated in Config.Validate
@@ -210,48 +276,71 @@ func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// staticPool serves the configured worker list; every worker counts as
-// healthy.
-type staticPool struct {
-	workers []discovery.Worker
-	models  []string
-}
-
-func newStaticPool(ws []discovery.Worker) *staticPool {
-	p := &staticPool{workers: ws}
-	for _, w := range ws {
-		for _, m := range w.Models {
-			if !slices.Contains(p.models, m) {
-				p.models = append(p.models, m)
+// newPool builds the worker pool over the configured source: Kubernetes
+// when discovery.kubernetes.namespace is set, else the config file's
+// workers list, reloaded when the file changes.
+func newPool(cfg Config, opts []discovery.Option) (*discovery.Pool, error) {
+	h := cfg.Discovery.Health
+	hc := discovery.HealthConfig{
+		FailureThreshold: h.FailureThreshold, BaseEjection: time.Duration(h.BaseEjection),
+		MaxEjection: time.Duration(h.MaxEjection), ActiveInterval: time.Duration(h.ActiveInterval),
+	}
+	var src discovery.Source
+	switch k := cfg.Discovery.Kubernetes; {
+	case k.Namespace != "":
+		cs, dyn, err := discovery.KubeClients(k.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes discovery: %w", err)
+		}
+		d := k.Defaults
+		kube, err := discovery.NewKubernetes(cs, dyn, discovery.KubeConfig{
+			Namespace: k.Namespace, LabelSelector: k.LabelSelector, InferencePool: k.InferencePool,
+			Defaults: discovery.PodDefaults{HTTPPort: d.HTTPPort, KVEventsPort: d.KVEventsPort, KVReplayPort: d.KVReplayPort,
+				DataParallelSize: d.DataParallelSize, Models: d.Models},
+		}, opts...)
+		if err != nil {
+			return nil, err
+		}
+		src = kube
+	case cfg.path != "":
+		load := func(path string) ([]discovery.Worker, error) {
+			c, err := LoadConfig(path)
+			if err != nil {
+				return nil, err
 			}
+			return c.DiscoveryWorkers(), nil
 		}
+		st, err := discovery.NewStatic(cfg.path, load, time.Duration(cfg.Discovery.StaticReload), opts...)
+		if err != nil {
+			return nil, err
+		}
+		src = st
 	}
-	return p
+	p, err := discovery.NewPool(src, hc, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("discovery: %w", err)
+	}
+	if src == nil { // a Config built in code: its workers are the set
+		p.Apply(cfg.DiscoveryWorkers())
+	}
+	return p, nil
 }
 
-func (p *staticPool) Candidates(model string) ([]discovery.Worker, bool) {
-	if model == "" {
-		return p.workers, true
+// newTokenSource builds one tokenization pipeline per served model: local
+// when the model names a tokenizer directory, the workers' /tokenize
+// otherwise.
+func newTokenSource(cfg Config, pool extproc.Pool, reg prometheus.Registerer) (*tokenSource, error) {
+	m, err := tokenize.NewPipelineMetrics(reg)
+	if err != nil {
+		return nil, err
 	}
-	var ws []discovery.Worker
-	for _, w := range p.workers {
-		if w.Serves(model) {
-			ws = append(ws, w)
+	ts := &tokenSource{pipes: map[string]*tokenize.Pipeline{}, pool: pool, metrics: m}
+	for _, mc := range cfg.Models {
+		p, err := tokenize.NewPipeline(mc.Name, mc.Tokenizer, mc.TokenizerCacheMiB<<20, m)
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
 		}
+		ts.pipes[mc.Name] = p
 	}
-	return ws, len(ws) > 0
-}
-
-func (p *staticPool) Models() []string { return p.models }
-
-// anyUsable reports whether some worker can be routed to with a current
-// view: it publishes no KV events, or the index has caught up with them
-// (its first replay is done), so a restarted warmpath does not route blind.
-func anyUsable(ws []discovery.Worker, ix *kvindex.Index) bool {
-	for _, w := range ws {
-		if w.KVEvents == "" || ix.CaughtUp(w.Name) {
-			return true
-		}
-	}
-	return false
+	return ts, nil
 }

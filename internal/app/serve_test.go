@@ -45,6 +45,7 @@ func TestServeReadinessAndGracefulDrain(t *testing.T) {
 	cfg.Listen = ListenConfig{ExtProc: "127.0.0.1:0", Admin: "127.0.0.1:0"}
 	cfg.Workers = []WorkerConfig{{Name: "w0", Address: "127.0.0.1:1", Models: []string{"m"}}}
 	cfg.ExtProc.DrainTimeout = Duration(5 * time.Second)
+	cfg.Discovery.Health.ActiveInterval = Duration(-1) // the worker address is not real
 	ctx, cancel := context.WithCancel(t.Context())
 	out := &lineWriter{ready: make(chan string, 1)}
 	done := make(chan error, 1)

@@ -1,0 +1,68 @@
+package deploy_test
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/warmpath/warmpath/internal/app"
+)
+
+// The ConfigMap's warmpath.yaml must load with warmpath's own strict
+// loader (unknown keys, bad durations and invalid values are errors), not
+// only decode as generic YAML.
+func TestConfigMapLoadsStrictly(t *testing.T) {
+	t.Parallel()
+	m := load(t)
+	if len(m.cm) != 1 {
+		t.Fatalf("%d ConfigMaps, want 1", len(m.cm))
+	}
+	text, ok := m.cm[0].Data["warmpath.yaml"]
+	if !ok {
+		t.Fatal("ConfigMap has no warmpath.yaml")
+	}
+	cfg, err := app.ParseConfig([]byte(text))
+	if err != nil {
+		t.Fatalf("warmpath rejects the ConfigMap's config: %v", err)
+	}
+	if k := cfg.Discovery.Kubernetes; k.Namespace == "" || k.Defaults.HTTPPort == 0 {
+		t.Errorf("kubernetes discovery not configured: %+v", k)
+	}
+	if len(cfg.Workers) != 0 {
+		t.Errorf("static workers %v next to Kubernetes discovery", cfg.Workers)
+	}
+}
+
+// examples/warmpath.yaml says it spells out every default: the sections it
+// documents must load to exactly DefaultConfig's values.
+func TestExampleConfigSpellsOutDefaults(t *testing.T) {
+	t.Parallel()
+	cfg, err := app.LoadConfig("../examples/warmpath.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := app.DefaultConfig()
+	// YAML's [] decodes to an empty slice where the default is nil.
+	for _, s := range []*[]string{&cfg.Tenant.Metadata.Path, &cfg.Tenant.Allow} {
+		if len(*s) == 0 {
+			*s = nil
+		}
+	}
+	tests := []struct {
+		name      string
+		got, want any
+	}{
+		{"listen", cfg.Listen, def.Listen},
+		{"policy", cfg.Policy, def.Policy},
+		{"extproc", cfg.ExtProc, def.ExtProc},
+		{"discovery", cfg.Discovery, def.Discovery},
+		{"kvindex", cfg.KVIndex, def.KVIndex},
+		{"log", cfg.Log, def.Log},
+		{"telemetry", cfg.Telemetry, def.Telemetry},
+		{"tenant", cfg.Tenant, def.Tenant},
+	}
+	for _, tc := range tests {
+		if !reflect.DeepEqual(tc.got, tc.want) {
+			t.Errorf("%s:\n got %+v\nwant %+v (the default)", tc.name, tc.got, tc.want)
+		}
+	}
+}

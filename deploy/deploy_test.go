@@ -1,0 +1,195 @@
+// Package deploy_test checks that the Kubernetes manifests in this
+// directory decode strictly and agree with each other and with what
+// warmpath's discovery needs.
+package deploy_test
+
+import (
+	"bytes"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+)
+
+type manifests struct {
+	sa   []*corev1.ServiceAccount
+	role []*rbacv1.Role
+	rb   []*rbacv1.RoleBinding
+	cm   []*corev1.ConfigMap
+	dep  []*appsv1.Deployment
+	svc  []*corev1.Service
+}
+
+func load(t *testing.T) manifests {
+	t.Helper()
+	strict := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	var m manifests
+	for _, f := range []string{"rbac.yaml", "configmap.yaml", "deployment.yaml", "service.yaml"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range bytes.Split(b, []byte("\n---\n")) {
+			obj, _, err := strict.Decode(doc, nil, nil)
+			if err != nil {
+				t.Fatalf("%s document %d: %v", f, i, err)
+			}
+			switch o := obj.(type) {
+			case *corev1.ServiceAccount:
+				m.sa = append(m.sa, o)
+			case *rbacv1.Role:
+				m.role = append(m.role, o)
+			case *rbacv1.RoleBinding:
+				m.rb = append(m.rb, o)
+			case *corev1.ConfigMap:
+				m.cm = append(m.cm, o)
+			case *appsv1.Deployment:
+				m.dep = append(m.dep, o)
+			case *corev1.Service:
+				m.svc = append(m.svc, o)
+			default:
+				t.Fatalf("%s document %d: unexpected %T", f, i, obj)
+			}
+			if ns := obj.(interface{ GetNamespace() string }).GetNamespace(); ns != "llm" {
+				t.Errorf("%s document %d: namespace %q, want llm", f, i, ns)
+			}
+		}
+	}
+	if len(m.sa) != 1 || len(m.role) != 1 || len(m.rb) != 1 || len(m.cm) != 1 || len(m.dep) != 1 || len(m.svc) != 1 {
+		t.Fatalf("want one of each kind, got %d SA, %d Role, %d RoleBinding, %d ConfigMap, %d Deployment, %d Service",
+			len(m.sa), len(m.role), len(m.rb), len(m.cm), len(m.dep), len(m.svc))
+	}
+	return m
+}
+
+func TestManifestsAgree(t *testing.T) {
+	t.Parallel()
+	m := load(t)
+	dep, svc, role, rb, cm := m.dep[0], m.svc[0], m.role[0], m.rb[0], m.cm[0]
+	pod := dep.Spec.Template
+
+	t.Run("rbac", func(t *testing.T) {
+		allowed := func(group, resource string) bool {
+			for _, r := range role.Rules {
+				if slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) {
+					for _, v := range []string{"get", "list", "watch"} {
+						if !slices.Contains(r.Verbs, v) {
+							return false
+						}
+					}
+					for _, v := range r.Verbs {
+						if v != "get" && v != "list" && v != "watch" {
+							t.Errorf("role grants %q on %s", v, resource)
+						}
+					}
+					return true
+				}
+			}
+			return false
+		}
+		if !allowed("", "pods") || !allowed("inference.networking.k8s.io", "inferencepools") {
+			t.Error("role must allow get/list/watch on pods and inferencepools")
+		}
+		if rb.RoleRef.Name != role.Name || rb.RoleRef.Kind != "Role" {
+			t.Errorf("binding refers to %s %s", rb.RoleRef.Kind, rb.RoleRef.Name)
+		}
+		if len(rb.Subjects) != 1 || rb.Subjects[0].Name != m.sa[0].Name || pod.Spec.ServiceAccountName != m.sa[0].Name {
+			t.Error("deployment, binding and service account names disagree")
+		}
+	})
+
+	t.Run("service selects the pods", func(t *testing.T) {
+		if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)) {
+			t.Error("service selector does not match the pod template")
+		}
+		sel := labels.SelectorFromSet(dep.Spec.Selector.MatchLabels)
+		if !sel.Matches(labels.Set(pod.Labels)) {
+			t.Error("deployment selector does not match its template")
+		}
+		named := map[string]int32{}
+		for _, p := range pod.Spec.Containers[0].Ports {
+			named[p.Name] = p.ContainerPort
+		}
+		for _, p := range svc.Spec.Ports {
+			if _, ok := named[p.TargetPort.String()]; !ok {
+				t.Errorf("service port %s targets %s, not a container port", p.Name, p.TargetPort.String())
+			}
+		}
+		if named["extproc"] != 9002 || named["admin"] != 9090 {
+			t.Errorf("container ports %v, want extproc 9002 and admin 9090 (DESIGN §4)", named)
+		}
+	})
+
+	t.Run("probes and config mount", func(t *testing.T) {
+		c := pod.Spec.Containers[0]
+		if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+			t.Error("readiness probe must GET /readyz")
+		}
+		if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+			t.Error("liveness probe must GET /healthz")
+		}
+		for _, pr := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
+			if pr != nil && pr.HTTPGet != nil && pr.HTTPGet.Port.String() != "admin" {
+				t.Errorf("probe on port %s, want the admin port", pr.HTTPGet.Port.String())
+			}
+		}
+		args := strings.Join(c.Args, " ")
+		if !strings.HasPrefix(args, "serve --config ") {
+			t.Fatalf("args %q", args)
+		}
+		cfgPath := strings.TrimPrefix(args, "serve --config ")
+		var mounted bool
+		for _, vm := range c.VolumeMounts {
+			for _, v := range pod.Spec.Volumes {
+				if v.Name == vm.Name && v.ConfigMap != nil && v.ConfigMap.Name == cm.Name {
+					key := strings.TrimPrefix(cfgPath, strings.TrimSuffix(vm.MountPath, "/")+"/")
+					if _, ok := cm.Data[key]; ok && key != cfgPath {
+						mounted = true
+					}
+				}
+			}
+		}
+		if !mounted {
+			t.Errorf("config %s is not a key of ConfigMap %s mounted into the container", cfgPath, cm.Name)
+		}
+	})
+
+	t.Run("example config", func(t *testing.T) {
+		var cfg struct {
+			Listen    map[string]string `json:"listen"`
+			Policy    string            `json:"policy"`
+			Models    []map[string]any  `json:"models"`
+			Discovery struct {
+				Kubernetes struct {
+					Namespace     string         `json:"namespace"`
+					LabelSelector string         `json:"label_selector"`
+					Defaults      map[string]any `json:"defaults"`
+				} `json:"kubernetes"`
+			} `json:"discovery"`
+		}
+		if err := yaml.Unmarshal([]byte(cm.Data["warmpath.yaml"]), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Listen["extproc"] != ":9002" || cfg.Listen["admin"] != ":9090" || cfg.Policy == "" || len(cfg.Models) == 0 {
+			t.Errorf("config misses the DESIGN §4 names: %+v", cfg)
+		}
+		k := cfg.Discovery.Kubernetes
+		if k.Namespace != "llm" {
+			t.Errorf("discovery namespace %q, want the manifests' llm", k.Namespace)
+		}
+		if _, err := labels.Parse(k.LabelSelector); err != nil || k.LabelSelector == "" {
+			t.Errorf("label selector %q: %v", k.LabelSelector, err)
+		}
+		if sel, _ := labels.Parse(k.LabelSelector); sel.Matches(labels.Set(pod.Labels)) {
+			t.Error("the worker selector matches warmpath's own pods")
+		}
+	})
+}

@@ -1,0 +1,153 @@
+package extproc
+
+import (
+	"slices"
+	"strings"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+// TenantTrust names the one source a tenant identity is taken from.
+type TenantTrust string
+
+// Tenant sources. Only TrustAttribute and TrustJWT are facts Envoy
+// established; TrustHeader believes whatever sent the header and is safe
+// only when every request passes a proxy that sets or strips that header
+// before Envoy.
+const (
+	TrustNone      TenantTrust = ""          // no tenant identity
+	TrustAttribute TenantTrust = "attribute" // an Envoy request attribute, e.g. the mTLS peer's URI SAN
+	TrustJWT       TenantTrust = "jwt"       // a claim jwt_authn verified, forwarded as metadata
+	TrustHeader    TenantTrust = "header"    // a request header (trusted blindly)
+)
+
+// attributesNamespace is the key under which Envoy's ext_proc filter sends
+// the request_attributes it evaluated.
+const attributesNamespace = "envoy.filters.http.ext_proc"
+
+// maxTenantLen bounds a tenant identity; longer values are rejected.
+const maxTenantLen = 128
+
+// TenantConfig says where the tenant identity comes from and how it is
+// labelled on metrics. The zero value has no tenants.
+type TenantConfig struct {
+	// Trust selects the source.
+	Trust TenantTrust
+	// Attribute is the request attribute expression exactly as listed in the
+	// ext_proc filter's request_attributes (TrustAttribute), e.g.
+	// "connection.uri_san_peer_certificate".
+	Attribute string
+	// MetadataNamespace and MetadataPath locate the claim in the forwarded
+	// dynamic metadata (TrustJWT), e.g. "envoy.filters.http.jwt_authn" and
+	// ["jwt_payload", "tenant"] for payload_in_metadata: jwt_payload.
+	MetadataNamespace string
+	MetadataPath      []string
+	// TrimPrefix is removed from the front of the value (for instance a
+	// SPIFFE trust-domain prefix); a value without it is rejected.
+	TrimPrefix string
+	// Header is the tenant header: the source under TrustHeader; under the
+	// other sources a client-set copy is ignored. Either way warmpath removes
+	// it from the upstream request.
+	Header string
+	// Labels adds a tenant label to the GenAI request metrics. Tenants in
+	// Allow get their own value, every other tenant "other", and requests
+	// without one "none".
+	Labels bool
+	Allow  []string
+}
+
+// WithTenant takes tenant identities from c's source.
+func WithTenant(c TenantConfig) Option { return func(s *Server) { s.tenant = c } }
+
+// Tenant identity outcomes counted in warmpath_tenant_identity_total.
+const (
+	tenantOK            = "ok"
+	tenantMissing       = "missing"
+	tenantInvalid       = "invalid"
+	tenantHeaderIgnored = "client_header_ignored"
+	tenantLabelNone     = "none"
+	tenantLabelOther    = "other"
+)
+
+// identify sets ex.req.Tenant from the configured trusted source of the
+// first request message.
+func (ex *exchange) identify(r *extprocv3.ProcessingRequest) {
+	c := &ex.s.tenant
+	if c.Trust == TrustNone {
+		return
+	}
+	raw, present := "", false
+	switch c.Trust {
+	case TrustAttribute:
+		v, ok := r.GetAttributes()[attributesNamespace].GetFields()[c.Attribute]
+		raw, present = v.GetStringValue(), ok
+	case TrustJWT:
+		raw, present = metadataString(r, c.MetadataNamespace, c.MetadataPath)
+	case TrustHeader:
+		raw, present = headerCarrier(r.GetRequestHeaders().GetHeaders().GetHeaders()).Get(c.Header), true
+	}
+	if c.Trust != TrustHeader && c.Header != "" &&
+		headerCarrier(r.GetRequestHeaders().GetHeaders().GetHeaders()).Get(c.Header) != "" {
+		ex.s.om.tenants.WithLabelValues(tenantHeaderIgnored).Inc()
+	}
+	if !present || raw == "" {
+		ex.s.om.tenants.WithLabelValues(tenantMissing).Inc()
+		return
+	}
+	t, ok := strings.CutPrefix(raw, c.TrimPrefix)
+	if !ok || !validTenant(t) {
+		ex.s.om.tenants.WithLabelValues(tenantInvalid).Inc()
+		ex.s.log.Warn("tenant identity rejected", "source", string(c.Trust), "len", len(raw))
+		return
+	}
+	ex.s.om.tenants.WithLabelValues(tenantOK).Inc()
+	ex.req.Tenant = t
+}
+
+// metadataString walks forwarded dynamic metadata to a string value.
+func metadataString(r *extprocv3.ProcessingRequest, ns string, path []string) (string, bool) {
+	st := r.GetMetadataContext().GetFilterMetadata()[ns]
+	if st == nil || len(path) == 0 {
+		return "", false
+	}
+	for _, k := range path[:len(path)-1] {
+		st = st.GetFields()[k].GetStructValue()
+		if st == nil {
+			return "", false
+		}
+	}
+	v, ok := st.GetFields()[path[len(path)-1]]
+	return v.GetStringValue(), ok
+}
+
+// validTenant accepts 1 to 128 printable ASCII characters without spaces.
+func validTenant(t string) bool {
+	if t == "" || len(t) > maxTenantLen {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if t[i] <= ' ' || t[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// tenantLabel maps a tenant to its metric label value: itself when
+// allowlisted, "other" otherwise, "none" when there is no tenant.
+func (c *TenantConfig) tenantLabel(t string) string {
+	switch {
+	case t == "":
+		return tenantLabelNone
+	case slices.Contains(c.Allow, t):
+		return t
+	}
+	return tenantLabelOther
+}
+
+// stripTenantHeader removes the tenant header from the upstream request.
+func (c *TenantConfig) stripTenantHeader(hm *extprocv3.HeaderMutation) {
+	if c.Header != "" {
+		hm.RemoveHeaders = append(hm.RemoveHeaders, c.Header)
+	}
+}

@@ -1,0 +1,382 @@
+package extproc
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/warmpath/warmpath/scoring"
+	"github.com/warmpath/warmpath/telemetry"
+)
+
+// tracerName is the instrumentation scope of warmpath's spans.
+const tracerName = "github.com/warmpath/warmpath/extproc"
+
+// serverSpanName names the SERVER span of one ext_proc stream.
+const serverSpanName = "warmpath.request"
+
+// maxCandidateAttrs bounds the per-candidate array attributes on a span.
+const maxCandidateAttrs = 64
+
+// tracing is a Server's span machinery; a nil *tracing means tracing is
+// off and every hook returns at once.
+type tracing struct {
+	tracer  trace.Tracer
+	prop    propagation.TextMapPropagator
+	semconv telemetry.Semconv
+	// capture puts the request's messages or prompt on the GenAI span.
+	capture bool
+}
+
+// WithTracing records spans through p. With p nil or disabled the Server
+// does no span work at all. capturePrompts adds the request's messages (or
+// prompt) as gen_ai.input.messages; it is off by default because prompts
+// are user data.
+func WithTracing(p *telemetry.Provider, capturePrompts bool) Option {
+	return func(s *Server) {
+		if p == nil {
+			return
+		}
+		s.semconv = p.Semconv()
+		if !p.Enabled() {
+			return
+		}
+		s.tr = &tracing{tracer: p.Tracer(tracerName), prop: p.Propagator(), semconv: p.Semconv(), capture: capturePrompts}
+	}
+}
+
+// requestTrace is the spans of one exchange: the SERVER span for the stream
+// and the GenAI CLIENT span for the upstream call, once a worker is chosen.
+// Methods on a nil *requestTrace do nothing.
+type requestTrace struct {
+	t      *tracing
+	server trace.Span
+	client trace.Span // nil until decided
+	// attrs collects the SERVER span's attributes, set in one call at its
+	// end (cheaper than growing the span's own list several times).
+	attrs []attribute.KeyValue
+}
+
+// headerCarrier reads trace-context headers from Envoy's request headers.
+type headerCarrier []*corev3.HeaderValue
+
+func (c headerCarrier) Get(key string) string {
+	for _, h := range c {
+		if h.GetKey() == key {
+			return headerValue(h)
+		}
+	}
+	return ""
+}
+
+func (c headerCarrier) Set(string, string) {}
+
+func (c headerCarrier) Keys() []string {
+	ks := make([]string, len(c))
+	for i, h := range c {
+		ks[i] = h.GetKey()
+	}
+	return ks
+}
+
+// metadataCarrier reads trace context from the ext_proc stream's gRPC
+// metadata, where Envoy puts it when its own tracing is on.
+type metadataCarrier metadata.MD
+
+func (c metadataCarrier) Get(key string) string {
+	if vs := metadata.MD(c).Get(key); len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
+func (c metadataCarrier) Set(string, string) {}
+
+func (c metadataCarrier) Keys() []string {
+	ks := make([]string, 0, len(c))
+	for k := range c {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// mutationCarrier writes injected trace context into a header mutation,
+// overwriting what the client sent (Envoy overwrites when append is unset).
+type mutationCarrier struct{ hm *extprocv3.HeaderMutation }
+
+func (c mutationCarrier) Get(string) string { return "" }
+func (c mutationCarrier) Keys() []string    { return nil }
+func (c mutationCarrier) Set(k, v string) {
+	c.hm.SetHeaders = append(c.hm.SetHeaders, setHeader(k, v))
+}
+
+// parent chooses the span parent: the client's traceparent header when it
+// carries a valid context, else the context Envoy put in the gRPC metadata.
+func (t *tracing) parent(ctx context.Context, hs []*corev3.HeaderValue) context.Context {
+	if hc := headerCarrier(hs); hc.Get("traceparent") != "" {
+		if p := t.prop.Extract(context.Background(), hc); trace.SpanContextFromContext(p).IsValid() {
+			return p
+		}
+	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		return t.prop.Extract(context.Background(), metadataCarrier(md))
+	}
+	return context.Background()
+}
+
+// start opens the SERVER span when the request headers arrive.
+func (t *tracing) start(ctx context.Context, hs []*corev3.HeaderValue, r *scoring.Request, method string) *requestTrace {
+	if t == nil {
+		return nil
+	}
+	_, span := t.tracer.Start(t.parent(ctx, hs), serverSpanName,
+		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(r.Arrived))
+	rt := &requestTrace{t: t, server: span}
+	if span.IsRecording() {
+		rt.attrs = make([]attribute.KeyValue, 0, 24)
+		rt.attrs = append(rt.attrs, telemetry.GenAIRequestID.String(r.ID), telemetry.URLPath.String(r.Path),
+			attribute.String("http.request.method", method))
+		if r.Tenant != "" {
+			rt.attrs = append(rt.attrs, telemetry.Tenant.String(r.Tenant))
+		}
+	}
+	return rt
+}
+
+func seconds(d time.Duration) float64 { return d.Seconds() }
+
+// decided records the decision on the SERVER span, opens the GenAI CLIENT
+// span for the upstream call and injects its context into hm, so the
+// worker's own spans nest under it.
+func (rt *requestTrace) decided(r *scoring.Request, d *scoring.Decision, hm *extprocv3.HeaderMutation, now time.Time) {
+	if rt == nil {
+		return
+	}
+	if rt.server.IsRecording() {
+		attrs := append(rt.attrs,
+			telemetry.Policy.String(d.Policy),
+			telemetry.Mode.String(string(d.Mode)),
+			telemetry.TokenizePath.String(d.TokenizePath),
+			telemetry.Candidates.Int(len(d.Candidates)),
+			telemetry.Worker.String(d.Worker),
+			telemetry.Reason.String(d.Reason),
+		)
+		if d.TokenizeReason != "" {
+			attrs = append(attrs, telemetry.TokenizeReason.String(d.TokenizeReason))
+		}
+		if d.PromptTokens > 0 {
+			attrs = append(attrs, telemetry.PromptTokens.Int(d.PromptTokens))
+		}
+		if r.Model != "" {
+			attrs = append(attrs, telemetry.GenAIRequestModel.String(r.Model))
+		}
+		if n := min(len(d.Candidates), maxCandidateAttrs); n > 0 {
+			names, ttfts, cached := make([]string, n), make([]float64, n), make([]int64, n)
+			for i, c := range d.Candidates[:n] {
+				names[i], ttfts[i], cached[i] = c.Worker, seconds(c.PredictedTTFT), int64(c.CachedTokens)
+			}
+			attrs = append(attrs, telemetry.CandidateWorkers.StringSlice(names),
+				telemetry.CandidatePredictedTTFTs.Float64Slice(ttfts), telemetry.CandidateCachedTokens.Int64Slice(cached))
+		}
+		rt.attrs = attrs
+	}
+	ctx := trace.ContextWithSpan(context.Background(), rt.server)
+	op, provider, ok := telemetry.Operation(string(r.API))
+	if ok {
+		attrs := make([]attribute.KeyValue, 0, 14)
+		attrs = append(attrs,
+			telemetry.GenAIOperationName.String(op),
+			telemetry.GenAIProviderName.String(provider),
+			telemetry.GenAIRequestModel.String(r.Model),
+			telemetry.Worker.String(d.Worker),
+			telemetry.PredictedCachedTokens.Int(d.Chosen.CachedTokens),
+			telemetry.PredictedQueueWait.Float64(seconds(d.Chosen.QueueWait)),
+			telemetry.PredictedPrefill.Float64(seconds(d.Chosen.Prefill)),
+			telemetry.PredictedTTFT.Float64(seconds(d.Chosen.PredictedTTFT)),
+		)
+		if host, port, err := net.SplitHostPort(d.Address); err == nil {
+			attrs = append(attrs, telemetry.ServerAddress.String(host))
+			if p, err := strconv.Atoi(port); err == nil {
+				attrs = append(attrs, telemetry.ServerPort.Int(p))
+			}
+		}
+		if r.MaxTokens > 0 {
+			attrs = append(attrs, telemetry.GenAIRequestMaxTokens.Int(r.MaxTokens))
+		}
+		if r.Stream {
+			attrs = append(attrs, telemetry.GenAIRequestStream.Bool(true))
+		}
+		if rt.t.capture {
+			if msgs := promptOf(r.Body); msgs != "" {
+				attrs = append(attrs, telemetry.GenAIInputMessages.String(msgs))
+			}
+		}
+		ctx, rt.client = rt.t.tracer.Start(ctx, op+" "+r.Model,
+			trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(now), trace.WithAttributes(attrs...))
+	}
+	rt.t.prop.Inject(ctx, mutationCarrier{hm})
+}
+
+// rejected records that warmpath answered the client itself.
+func (rt *requestTrace) rejected(rej *rejection) {
+	if rt == nil {
+		return
+	}
+	rt.attrs = append(rt.attrs, telemetry.RejectReason.String(rej.reason), telemetry.ErrorType.String(strconv.Itoa(rej.status)))
+	rt.server.SetStatus(codes.Error, rej.reason)
+}
+
+// ended records the outcome on the CLIENT span, with events at the first
+// and last token, and ends it.
+func (rt *requestTrace) ended(d *scoring.Decision, o scoring.Outcome, w *watcher, stream bool, now time.Time) {
+	if rt == nil || rt.client == nil {
+		return
+	}
+	span := rt.client
+	rt.client = nil
+	if span.IsRecording() {
+		attrs := make([]attribute.KeyValue, 0, 12)
+		attrs = append(attrs, telemetry.Completion.String(string(o.End)))
+		if o.HTTPStatus != 0 {
+			attrs = append(attrs, telemetry.HTTPResponseStatusCode.Int(o.HTTPStatus))
+		}
+		if o.PromptTokens >= 0 {
+			attrs = append(attrs, telemetry.GenAIUsageInputTokens.Int(o.PromptTokens))
+		}
+		if o.CompletionTokens >= 0 {
+			attrs = append(attrs, telemetry.GenAIUsageOutputTokens.Int(o.CompletionTokens))
+		}
+		if o.CachedTokens >= 0 {
+			attrs = append(attrs, telemetry.GenAIUsageCacheRead.Int(o.CachedTokens), telemetry.ActualCachedTokens.Int(o.CachedTokens))
+		}
+		if o.TTFT > 0 {
+			attrs = append(attrs, telemetry.ActualTTFT.Float64(seconds(o.TTFT)))
+			if d != nil && d.Chosen.PredictedTTFT > 0 {
+				attrs = append(attrs, telemetry.TTFTError.Float64(seconds(o.TTFT-d.Chosen.PredictedTTFT)))
+			}
+			if stream {
+				attrs = append(attrs, telemetry.GenAIResponseTTFC.Float64(seconds(o.TTFT)))
+			}
+		}
+		et := errorType(o)
+		if et != "" {
+			attrs = append(attrs, telemetry.ErrorType.String(et))
+			if o.Error != "" {
+				attrs = append(attrs, telemetry.UpstreamError.String(headerSafe(o.Error)))
+			}
+			span.SetStatus(codes.Error, et)
+		}
+		span.SetAttributes(attrs...)
+		if w != nil && !w.firstToken.IsZero() {
+			span.AddEvent(telemetry.EventFirstToken, trace.WithTimestamp(w.firstToken))
+		}
+		if w != nil && !w.lastToken.IsZero() {
+			span.AddEvent(telemetry.EventLastToken, trace.WithTimestamp(w.lastToken))
+		}
+	}
+	span.End(trace.WithTimestamp(now))
+}
+
+// errorType is the low-cardinality error.type of an outcome, "" when it
+// succeeded: the HTTP status for error statuses, else how it ended.
+func errorType(o scoring.Outcome) string {
+	switch {
+	case o.HTTPStatus >= 400:
+		return strconv.Itoa(o.HTTPStatus)
+	case o.End == scoring.EndAborted && o.Error != "":
+		return "stream_error"
+	case o.End == scoring.EndAborted:
+		return "aborted"
+	case o.End == scoring.EndExpired:
+		return "expired"
+	}
+	return ""
+}
+
+// fail records a stream-level error.
+func (rt *requestTrace) fail(err error) {
+	if rt == nil {
+		return
+	}
+	rt.server.RecordError(err)
+	rt.server.SetStatus(codes.Error, "ext_proc stream error")
+}
+
+// end closes the SERVER span when the stream ends; code is the final HTTP
+// status ("0" when no response was seen).
+func (rt *requestTrace) end(code string, now time.Time) {
+	if rt == nil {
+		return
+	}
+	if rt.client != nil { // the stream ended without an outcome
+		rt.client.SetStatus(codes.Error, "aborted")
+		rt.client.End(trace.WithTimestamp(now))
+	}
+	if n, err := strconv.Atoi(code); err == nil && n > 0 {
+		rt.attrs = append(rt.attrs, telemetry.HTTPResponseStatusCode.Int(n))
+		if n >= 500 {
+			rt.server.SetStatus(codes.Error, code)
+		}
+	} else {
+		rt.attrs = append(rt.attrs, telemetry.ErrorType.String("aborted"))
+		rt.server.SetStatus(codes.Error, "no response")
+	}
+	if rt.server.IsRecording() {
+		rt.server.SetAttributes(rt.attrs...)
+	}
+	rt.server.End(trace.WithTimestamp(now))
+}
+
+// promptOf returns the raw messages (or prompt) JSON of a request body, ""
+// when it has neither.
+func promptOf(body []byte) string {
+	var b struct {
+		Messages json.RawMessage `json:"messages"`
+		Prompt   json.RawMessage `json:"prompt"`
+	}
+	if json.Unmarshal(body, &b) != nil {
+		return ""
+	}
+	if len(b.Messages) > 0 {
+		return string(b.Messages)
+	}
+	return string(b.Prompt)
+}
+
+// observeDecision records a decision on the metrics and the span, injects
+// the trace context and removes the tenant header from the upstream
+// request, all through the routing reply's header mutation.
+func (ex *exchange) observeDecision(cr *extprocv3.CommonResponse) {
+	ex.s.om.decided(ex.dec)
+	ex.trace.decided(&ex.req, ex.dec, cr.HeaderMutation, ex.s.now())
+	ex.s.tenant.stripTenantHeader(cr.HeaderMutation)
+}
+
+// observeFinal records the GenAI request metrics and ends the SERVER span
+// when the stream ends. code is the final status ("0" for none), model the
+// bounded model label.
+func (ex *exchange) observeFinal(code, model string) {
+	now := ex.s.now()
+	r := genAIRequest{
+		api: string(ex.req.API), model: model, tenant: ex.s.tenant.tenantLabel(ex.req.Tenant),
+		arrived: ex.req.Arrived, end: now, errorType: statusErrorType(code), input: -1, output: -1,
+	}
+	cached := -1
+	if w := ex.watch; w != nil {
+		r.firstToken, r.lastToken = w.firstToken, w.lastToken
+		r.input, r.output, cached = w.usage.PromptTokens, w.usage.CompletionTokens, w.usage.CachedTokens
+	}
+	ex.s.om.request(r)
+	ex.s.om.cachedUsage(r, cached)
+	ex.trace.end(code, now)
+}

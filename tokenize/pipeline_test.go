@@ -1,0 +1,93 @@
+package tokenize
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestPipelinePaths(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	worker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		var in map[string]any
+		json.NewDecoder(r.Body).Decode(&in)
+		if r.URL.Path != "/tokenize" {
+			http.NotFound(w, r)
+			return
+		}
+		ids := []int{7, 8, 9}
+		if _, chat := in["messages"]; chat {
+			ids = []int{1, 2}
+		}
+		json.NewEncoder(w).Encode(map[string]any{"tokens": ids, "count": len(ids), "max_model_len": 4096})
+	}))
+	defer worker.Close()
+	reg := prometheus.NewRegistry()
+	m, err := NewPipelineMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := NewPipeline("qwen3", "testdata/models/qwen3", 1<<20, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remoteOnly, err := NewPipeline("other", "", 1<<20, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := Load("testdata/models/qwen3")
+	tmpl, _ := LoadChatTemplate("testdata/models/qwen3")
+	chat := []byte(`{"model":"qwen3","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Hello there"}]}`)
+	text, err := tmpl.RenderOpenAI(chat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		p        *Pipeline
+		kind     Kind
+		body     string
+		remote   string
+		wantPath string
+		want     []uint32
+		wantErr  bool
+	}{
+		{"local chat", local, KindChat, string(chat), "", PathLocal, tok.Encode(text, false), false},
+		{"local completion adds specials", local, KindCompletion, `{"prompt":"Hello world"}`, "", PathLocal, tok.Encode("Hello world", true), false},
+		{"local completion list", local, KindCompletion, `{"prompt":["Hi","x"],"add_special_tokens":false}`, "", PathLocal, tok.Encode("Hi", false), false},
+		{"unsupported chat goes remote", local, KindChat, `{"messages":[{"role":"user","content":"x"}],"chat_template":"{{ 1 }}"}`, worker.URL, PathRemote, []uint32{1, 2}, false},
+		{"remote only chat", remoteOnly, KindChat, string(chat), worker.URL, PathRemote, []uint32{1, 2}, false},
+		{"remote only completion", remoteOnly, KindCompletion, `{"prompt":"abc"}`, worker.URL, PathRemote, []uint32{7, 8, 9}, false},
+		{"remote only, no worker", remoteOnly, KindChat, string(chat), "", "none", nil, true},
+		{"messages have no remote form", remoteOnly, KindMessages, `{"messages":[]}`, worker.URL, "none", nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ids, path, err := tc.p.Tokenize(t.Context(), tc.kind, []byte(tc.body), tc.remote)
+			if tc.wantErr {
+				if !errors.Is(err, ErrNoTokens) {
+					t.Fatalf("want ErrNoTokens, got %v", err)
+				}
+				return
+			}
+			if err != nil || path != tc.wantPath || !slices.Equal(ids, tc.want) {
+				t.Fatalf("got %v %q %v; want %v %q", ids, path, err, tc.want, tc.wantPath)
+			}
+		})
+	}
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("other", "remote", "no_local_tokenizer")); got != 2 {
+		t.Fatalf("remote count %v", got)
+	}
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("qwen3", "remote", "unsupported_request")); got != 1 {
+		t.Fatalf("unsupported count %v", got)
+	}
+}

@@ -1,0 +1,189 @@
+package tokenize
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// goldenConversation builds a long text of golden inputs, as turns of a chat.
+func goldenConversation(t testing.TB, seed uint64, turns int) []string {
+	inputs := tokGoldenInputs(t)
+	names := make([]string, 0, len(inputs))
+	for n := range inputs {
+		if n != "corpus_1mb" {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	corpus := inputs["corpus_1mb"]
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var prompts []string
+	var sb strings.Builder
+	sb.WriteString("<|im_start|>system\nYou are a helpful assistant working on the warmpath project.<|im_end|>\n")
+	for range turns {
+		switch rng.IntN(3) {
+		case 0:
+			sb.WriteString(inputs[names[rng.IntN(len(names))]])
+		case 1:
+			i := rng.IntN(len(corpus) - 3000)
+			sb.WriteString(strings.ToValidUTF8(corpus[i:i+rng.IntN(3000)], ""))
+		default:
+			fmt.Fprintf(&sb, "<|im_start|>user\nTurn %d: what about %s?<|im_end|>\n<|im_start|>assistant\n", rng.IntN(100), names[rng.IntN(len(names))])
+		}
+		prompts = append(prompts, sb.String())
+	}
+	return prompts
+}
+
+func TestPrefixCacheExact(t *testing.T) {
+	t.Parallel()
+	for _, fam := range goldenFamilies {
+		t.Run(fam, func(t *testing.T) {
+			tk := loadGoldenTokenizer(t, fam)
+			for seed := range uint64(6) {
+				c := NewPrefixCache(tk, 8<<20)
+				for i, p := range goldenConversation(t, seed, 40) {
+					special := i%2 == 0
+					got := c.Encode(p, special)
+					want := tk.Encode(p, special)
+					if !slices.Equal(got, want) {
+						t.Fatalf("seed %d turn %d (%d bytes): %s", seed, i, len(p), diffIDs(tk, got, want))
+					}
+				}
+				st := c.Stats()
+				if (tk.splitSafe || tk.spaceCut) && st.TailBytes == 0 {
+					t.Errorf("seed %d: never re-tokenized only a tail: %+v", seed, st)
+				}
+			}
+		})
+	}
+}
+
+func TestPrefixCacheModes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		fam                 string
+		splitSafe, spaceCut bool
+	}{
+		{"qwen3", true, false},
+		{"llama3", true, false},
+		{"deepseek-v3", true, false},
+		{"gpt-oss", true, false},
+		{"llama2", false, false}, // Prepend adds U+2581 to every piece
+		{"gemma3", false, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.fam, func(t *testing.T) {
+			tk := loadGoldenTokenizer(t, tc.fam)
+			if tk.splitSafe != tc.splitSafe || tk.spaceCut != tc.spaceCut {
+				t.Errorf("splitSafe, spaceCut = %v, %v; want %v, %v", tk.splitSafe, tk.spaceCut, tc.splitSafe, tc.spaceCut)
+			}
+		})
+	}
+}
+
+func TestPrefixCacheRepeatAndBound(t *testing.T) {
+	t.Parallel()
+	tk := loadGoldenTokenizer(t, "qwen3")
+	prompts := goldenConversation(t, 99, 30)
+	tests := []struct {
+		name     string
+		maxBytes int
+	}{
+		{"tiny budget stores nothing", 16},
+		{"small budget evicts", 64 << 10},
+		{"large budget keeps all", 64 << 20},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewPrefixCache(tk, tc.maxBytes)
+			for range 2 {
+				for _, p := range prompts {
+					if got, want := c.Encode(p, false), tk.Encode(p, false); !slices.Equal(got, want) {
+						t.Fatalf("%d bytes: %s", len(p), diffIDs(tk, got, want))
+					}
+				}
+			}
+			if st := c.Stats(); st.Bytes > tc.maxBytes {
+				t.Errorf("holds %d bytes, budget %d", st.Bytes, tc.maxBytes)
+			}
+		})
+	}
+}
+
+func TestPrefixCacheConcurrent(t *testing.T) {
+	t.Parallel()
+	tk := loadGoldenTokenizer(t, "llama3")
+	c := NewPrefixCache(tk, 4<<20)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i, p := range goldenConversation(t, uint64(g%2), 15) {
+				if got, want := c.Encode(p, true), tk.Encode(p, true); !slices.Equal(got, want) {
+					t.Errorf("goroutine %d turn %d: %s", g, i, diffIDs(tk, got, want))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// BenchmarkPrefixCacheSecondTurn re-tokenizes a 32K-token conversation that
+// gained one more turn, after the conversation itself was seen.
+func BenchmarkPrefixCacheSecondTurn(b *testing.B) {
+	for _, fam := range []string{"qwen3", "llama3", "gpt-oss", "gemma3"} {
+		b.Run(fam, func(b *testing.B) {
+			tk := loadGoldenTokenizer(b, fam)
+			corpus := tokGoldenInputs(b)["corpus_1mb"]
+			// 32K tokens of mixed text in chat turns
+			var sb strings.Builder
+			for i := 0; len(tk.Encode(sb.String(), false)) < 32000; i++ {
+				fmt.Fprintf(&sb, "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n%s<|im_end|>\n",
+					corpus[i*7000:i*7000+3000], corpus[i*7000+3000:i*7000+6000])
+			}
+			first := sb.String()
+			turns := make([]string, 128)
+			for i := range turns {
+				turns[i] = first + fmt.Sprintf("<|im_start|>user\nAnd what about question %d? Please explain the details.<|im_end|>\n<|im_start|>assistant\n", i)
+			}
+			fresh := func() *PrefixCache {
+				c := NewPrefixCache(tk, 256<<20)
+				c.Encode(first, false)
+				return c
+			}
+			c := fresh()
+			if got, want := c.Encode(turns[0], false), tk.Encode(turns[0], false); !slices.Equal(got, want) {
+				b.Fatal("cache result differs")
+			}
+			c = fresh()
+			var cpu time.Duration
+			i := 0
+			b.ResetTimer()
+			c0 := cpuNow()
+			for b.Loop() {
+				if i == len(turns) {
+					// every turn is cached now: start again from the first turn only
+					b.StopTimer()
+					cpu += cpuNow() - c0
+					c, i = fresh(), 0
+					c0 = cpuNow()
+					b.StartTimer()
+				}
+				c.Encode(turns[i], false)
+				i++
+			}
+			cpu += cpuNow() - c0
+			b.StopTimer()
+			b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+			st := c.Stats()
+			b.ReportMetric(float64(st.TailBytes)/float64(st.Hits), "tailbytes/hit")
+			b.ReportMetric(float64(st.Misses), "misses")
+		})
+	}
+}
