@@ -65,6 +65,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # start_stack NAME: 3 simulators, warmpath, Envoy; sets URL.
 start_stack() {
   local name=$1 dir=$OUT/logs/$1 workers=""
+  SIMS=()
   rm -rf "$dir"; mkdir -p "$dir"
   for i in 0 1 2; do
     "$BIN/vllm-sim" --port 0 --profile l40s-27b-fp8 --time-scale "$TIME_SCALE" --seed "$i" \
@@ -77,6 +78,7 @@ start_stack() {
     local ready http kv rp
     ready=$(wait_line "$dir/sim$i.out" 'vllm-sim ready')
     read -r http kv rp < <(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(r["http"], r["kv_events"][0], r["kv_replay"][0])' "$ready")
+    SIMS+=("$http")
     workers+="  - {name: w$i, address: \"$http\", models: [qwen3], kv_events: \"$kv\", kv_replay: \"$rp\"}"$'\n'
   done
   cat > "$dir/warmpath.yaml" <<EOF
@@ -113,11 +115,16 @@ EOF
   # One tiny request proves the path end to end before the measured run.
   curl -sf "$URL/v1/chat/completions" -H 'content-type: application/json' \
     -d '{"model":"qwen3","messages":[{"role":"user","content":"warm up"}],"max_tokens":1}' > "$dir/warmup.json"
+  for i in "${!SIMS[@]}"; do curl -sf "http://${SIMS[$i]}/metrics" > "$dir/sim$i-before.txt"; done
   echo "$name: stack up at $URL (warmpath admin $ADMIN)" >&2
 }
 
-# scrape_cached DIR: warmpath's view of the run, for the report.
-scrape_metrics() { curl -sf "http://$ADMIN/metrics" > "$1/warmpath-metrics.txt" || true; }
+# scrape_metrics DIR: warmpath's and the engines' view of the run. The
+# engines' TTFT histogram is in simulated seconds.
+scrape_metrics() {
+  curl -sf "http://$ADMIN/metrics" > "$1/warmpath-metrics.txt" || true
+  for i in "${!SIMS[@]}"; do curl -sf "http://${SIMS[$i]}/metrics" > "$1/sim$i-metrics.txt" || true; done
+}
 
 run_replay() {
   local dir=$OUT/replay
@@ -207,6 +214,7 @@ EOF
   (cd "$dir" && "$VENV/bin/inference-perf" --config_file "$dir/config.yml" > "$dir/stdout.txt" 2> "$dir/stderr.txt")
 }
 
+FAILED=()
 for tool in "${TOOLS[@]}"; do
   start_stack "$tool"
   rc=0
@@ -218,8 +226,14 @@ for tool in "${TOOLS[@]}"; do
   esac
   mkdir -p "$OUT/$tool"
   scrape_metrics "$OUT/$tool"
+  cp "$OUT/logs/$tool"/sim*-before.txt "$OUT/$tool/"
   stop_stack
+  [ "$rc" = 0 ] || FAILED+=("$tool")
   echo "$tool: exit $rc (output in $OUT/$tool, process logs in $OUT/logs/$tool)" >&2
 done
 
-"$VENV/bin/python" "$ROOT/e2e/clients/summarize.py" --out "$OUT" --time-scale "$TIME_SCALE" "${TOOLS[@]}" | tee "$OUT/summary.md"
+rc=0
+python3 "$ROOT/e2e/clients/summarize.py" --out "$OUT" --time-scale "$TIME_SCALE" "${TOOLS[@]}" > "$OUT/summary.md" || rc=$?
+cat "$OUT/summary.md"
+if [ ${#FAILED[@]} -gt 0 ]; then echo "failed: ${FAILED[*]}" >&2; exit 1; fi
+exit "$rc"

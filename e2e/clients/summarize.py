@@ -80,6 +80,26 @@ def load_inference_perf(out):
     }
 
 
+def engine_ttft(out, tool):
+    """Mean TTFT the simulated engines recorded during the run (simulated
+    seconds), from their vllm:time_to_first_token_seconds histograms scraped
+    after the warm-up request and after the run."""
+    total = {"sum": 0.0, "count": 0.0}
+    for i in range(16):
+        after = os.path.join(out, tool, f"sim{i}-metrics.txt")
+        before = os.path.join(out, tool, f"sim{i}-before.txt")
+        if not os.path.exists(after):
+            break
+        for path, sign in ((after, 1), (before, -1)):
+            if not os.path.exists(path):
+                continue
+            for line in open(path):
+                for key in total:
+                    if line.startswith(f"vllm:time_to_first_token_seconds_{key}"):
+                        total[key] += sign * float(line.rsplit(" ", 1)[1])
+    return total["sum"] / total["count"] if total["count"] else float("nan")
+
+
 LOADERS = {"replay": load_replay, "guidellm": load_guidellm, "inference-perf": load_inference_perf}
 
 
@@ -90,27 +110,30 @@ def main():
     ap.add_argument("tools", nargs="+")
     a = ap.parse_args()
     k = a.time_scale
-    rows, cis = [], {}
+    rows, cis, failed = [], {}, []
     for tool in a.tools:
         try:
             r = LOADERS[tool](a.out)
         except (OSError, KeyError, ValueError, IndexError) as e:
-            rows.append(f"| {tool} | no result: {type(e).__name__}: {e} |||||||||")
+            rows.append(f"| {tool} | no result: {type(e).__name__}: {e} |||||||||||")
+            failed.append(tool)
             continue
         xs = sorted(r["ttft"])
         lo, hi = median_ci(xs)
         cis[tool] = (lo, hi)
         p50, p90, mean = r["reported"]
         hit = r["cached"] / r["prompt"] if r["prompt"] else float("nan")
+        if len(xs) < r["sent"]:
+            failed.append(tool)
         rows.append(
             f"| {tool} | {len(xs)}/{r['sent']} | {p50*1e3:.1f} | {p90*1e3:.1f} | {mean*1e3:.1f} "
             f"| {percentile(xs, 0.5)*1e3:.1f} [{lo*1e3:.1f}, {hi*1e3:.1f}] "
-            f"| {p50*k:.3f} | {p90*k:.3f} | {hit:.1%} |"
+            f"| {p50*k:.3f} | {p90*k:.3f} | {mean*k:.3f} | {engine_ttft(a.out, tool):.3f} | {hit:.1%} |"
         )
     print(f"Time scale {k:g}: simulated seconds = wall seconds x {k:g}.\n")
     print("| tool | ok/sent | TTFT p50 ms (tool) | p90 ms (tool) | mean ms (tool) "
-          "| p50 ms recomputed [95% CI] | p50 sim s | p90 sim s | cache hit |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| p50 ms recomputed [95% CI] | p50 sim s | p90 sim s | mean sim s | engine mean sim s | cache hit |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     print("\n".join(rows))
     if "replay" in cis:
         lo0, hi0 = cis["replay"]
@@ -120,6 +143,11 @@ def main():
                 continue
             overlap = lo <= hi0 and lo0 <= hi
             print(f"- {tool} vs replay: median 95% CIs {'overlap' if overlap else 'do NOT overlap'}")
+            if not overlap:
+                failed.append(tool)
+    if failed:
+        print(f"\nFAILED: {', '.join(failed)}")
+        return 1
     return 0
 
 
