@@ -607,14 +607,24 @@ func TestServerKVEventFaults(t *testing.T) {
 
 	srv.RestartKVEvents(t.Context())
 	checkCompletionStream(t, streamCompletion(t, srv, synthTokens(6, 64), 1), 1)
+	// The sequence starts again at 0. A batch of the first request that the
+	// engine stepped out just before the restart may precede the second
+	// request's, so look for the latter rather than assume it is first.
 	seqs, payloads := replayAll(t, srv.ReplayEndpoints()[0], 0)
-	if len(seqs) != 1 || seqs[0] != 0 {
-		t.Fatalf("after restart replayed %v, want [0]", seqs)
+	if len(seqs) == 0 || seqs[0] != 0 {
+		t.Fatalf("after restart replayed %v, want a sequence from 0", seqs)
 	}
-	v, _ := decodeMsgpack(payloads[0])
-	toks := v.([]any)[1].([]any)[0].(map[string]any)["token_ids"].([]any)
-	if toks[0] != uint64(synthTokens(6, 1)[0]) {
-		t.Errorf("replayed batch is not the post-restart one: %v", toks[:4])
+	found := false
+	for _, p := range payloads {
+		v, _ := decodeMsgpack(p)
+		for _, ev := range v.([]any)[1].([]any) {
+			if toks, ok := ev.(map[string]any)["token_ids"].([]any); ok && len(toks) > 0 && toks[0] == uint64(synthTokens(6, 1)[0]) {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Errorf("the post-restart request's blocks are not in the replay (%d batches)", len(payloads))
 	}
 }
 
