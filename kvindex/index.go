@@ -291,7 +291,7 @@ func (ix *Index) applyLocked(s *slot, ev *Event) {
 		s.status.BlockSize = ev.BlockSize
 		var key uint64
 		if ev.HasParent {
-			ni := s.blocks.get(ev.ParentHash)
+			ni := ix.blockOf(s, ev.ParentHash)
 			if ni == 0 {
 				// Missed events: the chain cannot be placed. Never guess.
 				ix.m.skipUnreachable.Inc()
@@ -339,8 +339,21 @@ func indexedGroup(ev *Event) bool {
 	return ev.GroupIdx == 0
 }
 
+// nodeOf returns the node of a block key, or 0.
+func (ix *Index) nodeOf(key uint64) uint32 {
+	return ix.keys.get(key, func(ni uint32) bool { return ix.nodes[ni].key == key })
+}
+
+// blockOf returns the node s holds under an engine hash, or 0.
+func (ix *Index) blockOf(s *slot, hash uint64) uint32 {
+	return s.blocks.get(hash, func(ni uint32) bool {
+		e := ix.nodes[ni].find(s.id)
+		return e != nil && e.hash == hash
+	})
+}
+
 func (ix *Index) nodeFor(key uint64) uint32 {
-	if ni := ix.keys.get(key); ni != 0 {
+	if ni := ix.nodeOf(key); ni != 0 {
 		return ni
 	}
 	var ni uint32
@@ -353,12 +366,12 @@ func (ix *Index) nodeFor(key uint64) uint32 {
 	}
 	n := &ix.nodes[ni]
 	n.key = key
-	ix.keys.put(key, ni)
+	ix.keys.insert(key, ni)
 	return ni
 }
 
 func (ix *Index) storeLocked(s *slot, hash, key uint64, gpu bool) {
-	if ni := s.blocks.get(hash); ni != 0 && ix.nodes[ni].key != key {
+	if ni := ix.blockOf(s, hash); ni != 0 && ix.nodes[ni].key != key {
 		// The engine reused a hash for different content (a fold
 		// collision or a reset we missed): forget the old block.
 		ix.dropEntryLocked(s, ni, hash)
@@ -369,7 +382,7 @@ func (ix *Index) storeLocked(s *slot, hash, key uint64, gpu bool) {
 	if e == nil {
 		n.entries = append(n.entries, entry{hash: hash, slot: s.id})
 		e = &n.entries[len(n.entries)-1]
-		s.blocks.put(hash, ni)
+		s.blocks.insert(hash, ni)
 		s.status.Blocks++
 		ix.entries++
 	}
@@ -393,7 +406,7 @@ func (ix *Index) storeLocked(s *slot, hash, key uint64, gpu bool) {
 // removeLocked drops one reference of hash in one medium. It reports
 // whether the hash was known.
 func (ix *Index) removeLocked(s *slot, hash uint64, gpu bool) bool {
-	ni := s.blocks.get(hash)
+	ni := ix.blockOf(s, hash)
 	if ni == 0 {
 		return false
 	}
@@ -437,7 +450,7 @@ func (ix *Index) dropEntryLocked(s *slot, ni uint32, hash uint64) {
 	}
 	n.clear(bGPU, s.id)
 	n.clear(bOff, s.id)
-	s.blocks.del(hash)
+	s.blocks.del(hash, func(v uint32) bool { return v == ni })
 	ix.maybeFree(ni)
 }
 
@@ -447,7 +460,7 @@ func (ix *Index) maybeFree(ni uint32) {
 		return
 	}
 	ix.unlink(ni)
-	ix.keys.del(n.key)
+	ix.keys.del(n.key, func(v uint32) bool { return v == ni })
 	*n = node{entries: n.entries[:0]}
 	ix.free = append(ix.free, ni)
 }
@@ -456,7 +469,11 @@ func (ix *Index) maybeFree(ni uint32) {
 func (ix *Index) clearSlotLocked(s *slot) {
 	blocks := s.blocks
 	s.blocks.reset()
-	blocks.each(func(hash uint64, ni uint32) { ix.dropEntryLocked(s, ni, hash) })
+	blocks.each(func(ni uint32) {
+		if e := ix.nodes[ni].find(s.id); e != nil {
+			ix.dropEntryLocked(s, ni, e.hash)
+		}
+	})
 	for ni := range s.specAt {
 		ix.dropSpecLocked(s, ni)
 	}
@@ -716,7 +733,7 @@ walk:
 			keyBuf[j] = h
 		}
 		for j := range c {
-			niBuf[j] = ix.keys.get(keyBuf[j])
+			niBuf[j] = ix.nodeOf(keyBuf[j])
 		}
 		for j, ni := range niBuf[:c] {
 			if ni == 0 {
