@@ -313,9 +313,27 @@ func indexedGroup(ev *Event) bool {
 	return ev.GroupIdx == 0
 }
 
-// nodeOf returns the node of a block key, or 0.
+// nodeOf returns the node of a block key, or 0. It is table.get with the
+// key comparison written in, since lookups call it for every block.
 func (ix *Index) nodeOf(key uint64) uint32 {
-	return ix.keys.get(key, func(ni uint32) bool { return ix.node(ni).key == key })
+	t := &ix.keys
+	if t.n == 0 {
+		return 0
+	}
+	fp := fingerprint(key)
+	for i := t.home(fp); ; {
+		s := t.slots[i]
+		ni := uint32(s)
+		if ni == 0 {
+			return 0
+		}
+		if uint32(s>>32) == fp && ix.node(ni).key == key {
+			return ni
+		}
+		if i++; i == len(t.slots) {
+			i = 0
+		}
+	}
 }
 
 // blockOf returns the node s holds under an engine hash, or 0.
@@ -667,6 +685,7 @@ func (ix *Index) Lookup(key ChainKey, tokens []uint32, blockSize int) []Match {
 	h := key.root()
 	matched := 0
 	chunk := 16
+	var prev uint32 // the node of the previous block
 walk:
 	for base := 0; base < limit; {
 		c := min(chunk, limit-base, len(keyBuf))
@@ -676,8 +695,17 @@ walk:
 			h = blockKey(h, tokens[at:at+blockSize])
 			keyBuf[j] = h
 		}
+		// A chain stored in one event takes consecutive nodes, tail first,
+		// so a block's successor is usually the node just below it: try it
+		// before the table.
 		for j := range c {
-			niBuf[j] = ix.nodeOf(keyBuf[j])
+			k := keyBuf[j]
+			if guess := prev - 1; prev > 1 && ix.node(guess).key == k {
+				prev = guess
+			} else {
+				prev = ix.nodeOf(k)
+			}
+			niBuf[j] = prev
 		}
 		for j, ni := range niBuf[:c] {
 			if ni == 0 {
@@ -688,7 +716,12 @@ walk:
 			specOK := ix.specLive(n, now)
 			live := false
 			for w := range words {
-				g, o, sp := ix.words(n, w)
+				var g, o, sp uint64
+				if w == 0 && n.b&(modeShared|sharedRare) == modeShared {
+					g = n.a // the common case, written in
+				} else {
+					g, o, sp = ix.words(n, w)
+				}
 				if specOK {
 					g |= sp
 				}
