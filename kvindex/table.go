@@ -98,11 +98,18 @@ func (t *table) del(k uint64, eq func(v uint32) bool) {
 		}
 	}
 	t.n--
-	for j := (i + 1) % size; uint32(t.slots[j]) != 0; j = (j + 1) % size {
-		home := t.home(uint32(t.slots[j] >> 32))
+	for j := i; ; {
+		if j++; j == size {
+			j = 0
+		}
+		s := t.slots[j]
+		if uint32(s) == 0 {
+			break
+		}
+		home := t.home(uint32(s >> 32))
 		// Move j into the hole at i unless its home lies cyclically in (i, j].
 		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
-			t.slots[i] = t.slots[j]
+			t.slots[i] = s
 			i = j
 		}
 	}
