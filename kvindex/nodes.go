@@ -44,8 +44,17 @@ type nodeExt struct {
 	off       uint64 // other-medium bitset of slots 0–63
 	spec      uint64 // speculative bitset of slots 0–63
 	specUntil int64  // unix nanos; the latest expiry among spec bits
-	// hi holds further words of the bitsets by kind (bGPU, bOff, bSpec).
-	hi [3][]uint64
+	// hi holds further words of the bitsets by kind (bGPU, bOff, bSpec);
+	// nil until a slot ≥ 64 needs one, which keeps the common ext small.
+	hi *[3][]uint64
+}
+
+// hiWords returns words 1… of bitset k.
+func (x *nodeExt) hiWords(k int) []uint64 {
+	if x.hi == nil {
+		return nil
+	}
+	return x.hi[k]
 }
 
 // entry is one slot's hold on a node: its engine hash and reference counts
@@ -128,7 +137,7 @@ func (ix *Index) compact(n *node) {
 	if x.spec != 0 || len(x.entries) > 1 {
 		return
 	}
-	for _, w := range x.hi[bSpec] {
+	for _, w := range x.hiWords(bSpec) {
 		if w != 0 {
 			return
 		}
@@ -173,6 +182,12 @@ func (ix *Index) setBit(n *node, k int, id uint16, on bool) {
 	case w == 0:
 		p = &x.spec
 	default:
+		if x.hi == nil {
+			if !on {
+				return
+			}
+			x.hi = new([3][]uint64)
+		}
 		for on && len(x.hi[k]) < w {
 			x.hi[k] = append(x.hi[k], 0)
 		}
@@ -187,8 +202,8 @@ func (ix *Index) setBit(n *node, k int, id uint16, on bool) {
 		*p &^= bit
 	}
 	rare := x.off|x.spec != 0
-	for _, ws := range x.hi {
-		for _, v := range ws {
+	for k := range 3 {
+		for _, v := range x.hiWords(k) {
 			rare = rare || v != 0
 		}
 	}
@@ -229,8 +244,8 @@ func (ix *Index) words(n *node, w int) (gpu, off, spec uint64) {
 		return gpu, x.off, x.spec
 	}
 	hi := func(k int) uint64 {
-		if w-1 < len(x.hi[k]) {
-			return x.hi[k][w-1]
+		if ws := x.hiWords(k); w-1 < len(ws) {
+			return ws[w-1]
 		}
 		return 0
 	}

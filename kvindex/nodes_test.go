@@ -111,8 +111,8 @@ func checkIndex(ix *Index) error {
 				specs += bits.OnesCount64(s)
 			}
 			rare := x.off|x.spec != 0
-			for _, ws := range x.hi {
-				rare = rare || slices.ContainsFunc(ws, func(v uint64) bool { return v != 0 })
+			for k := range 3 {
+				rare = rare || slices.ContainsFunc(x.hiWords(k), func(v uint64) bool { return v != 0 })
 			}
 			if rare != (n.b&sharedRare != 0) {
 				return fmt.Errorf("node %d: rare flag %v, bits say %v", ni, !rare, rare)
