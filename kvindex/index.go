@@ -700,7 +700,7 @@ walk:
 		// before the table.
 		for j := range c {
 			k := keyBuf[j]
-			if guess := prev - 1; prev > 1 && ix.node(guess).key == k {
+			if guess := prev - 1; prev > 1 && ix.node(guess).key == k && ix.node(guess).b != 0 {
 				prev = guess
 			} else {
 				prev = ix.nodeOf(k)
