@@ -713,15 +713,31 @@ walk:
 			}
 			i := base + j
 			n := ix.node(ni)
+			if words == 1 && n.b&(modeShared|sharedRare) == modeShared {
+				// The common case, written in: streams 0–63, GPU only.
+				a, g := n.a, n.a
+				if i > 0 {
+					for d := anyAlive[0] &^ a; d != 0; d &= d - 1 {
+						depthAny[bits.TrailingZeros64(d)] = int32(i)
+					}
+					for d := gpuAlive[0] &^ g; d != 0; d &= d - 1 {
+						depthGPU[bits.TrailingZeros64(d)] = int32(i)
+					}
+					a &= anyAlive[0]
+					g &= gpuAlive[0]
+				}
+				anyAlive[0], gpuAlive[0] = a, g
+				if a == 0 {
+					break walk
+				}
+				path = append(path, ni)
+				matched = i + 1
+				continue
+			}
 			specOK := ix.specLive(n, now)
 			live := false
 			for w := range words {
-				var g, o, sp uint64
-				if w == 0 && n.b&(modeShared|sharedRare) == modeShared {
-					g = n.a // the common case, written in
-				} else {
-					g, o, sp = ix.words(n, w)
-				}
+				g, o, sp := ix.words(n, w)
 				if specOK {
 					g |= sp
 				}

@@ -49,7 +49,11 @@ func TestNodeForms(t *testing.T) {
 					ix.Speculate(name, mkey, prompts[p], testBlock)
 				case op < 9:
 					clock.advance(300 * time.Millisecond)
-					ix.Lookup(mkey, prompts[p], testBlock)
+					got, want := ix.Lookup(mkey, prompts[p], testBlock), lookupSlow(ix, prompts[p])
+					sortMatches(got)
+					if fmt.Sprint(got) != fmt.Sprint(want) {
+						t.Fatalf("step %d: Lookup %v, reference %v", step, got, want)
+					}
 				default:
 					if rng.IntN(10) == 0 {
 						apply(ix, name, Event{Kind: AllBlocksCleared})
@@ -151,4 +155,51 @@ func checkIndex(ix *Index) error {
 		}
 	}
 	return nil
+}
+
+// lookupSlow is a reference for Lookup over rank-0 streams: per stream,
+// the leading blocks it holds in any medium and on GPU (speculation
+// counting as GPU while live), read through Index.words one block at a
+// time.
+func lookupSlow(ix *Index, prompt []uint32) []Match {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	limit := (len(prompt) - 1) / testBlock
+	keys := BlockKeys(mkey, prompt, testBlock)[:limit]
+	now := ix.now().UnixNano()
+	var out []Match
+	for _, s := range ix.slots {
+		if s == nil {
+			continue
+		}
+		w, bit := int(s.id)/64, uint64(1)<<(s.id%64)
+		anyDepth, gpuDepth := 0, 0
+		anyOn, gpuOn := true, true
+		for _, k := range keys {
+			ni := ix.nodeOf(k)
+			if ni == 0 {
+				break
+			}
+			n := ix.node(ni)
+			g, o, sp := ix.words(n, w)
+			if ix.specLive(n, now) {
+				g |= sp
+			}
+			gpuOn = gpuOn && g&bit != 0
+			anyOn = anyOn && (g|o)&bit != 0
+			if !anyOn {
+				break
+			}
+			anyDepth++
+			if gpuOn {
+				gpuDepth++
+			}
+		}
+		if anyDepth > 0 {
+			out = append(out, Match{Worker: s.name.worker, GPUTokens: gpuDepth * testBlock,
+				OffloadedTokens: (anyDepth - gpuDepth) * testBlock})
+		}
+	}
+	sortMatches(out)
+	return out
 }
