@@ -55,9 +55,9 @@
 // is kept inline, and several holders or speculation move to a side
 // record. The two hash tables (block key → node, and per stream engine
 // hash → node) keep 8-byte slots of a fingerprint and a node index and
-// confirm matches against the node. A (block, worker) entry costs about
-// 45–62 bytes when one worker holds the block, depending on how full the
-// tables are, and less when several workers share it.
+// confirm matches against the node; they grow by half at 4/5 full. A
+// (block, worker) entry costs 52–62 bytes when one worker holds the block,
+// depending on how full the tables are, and less when several share it.
 //
 // # Metrics
 //
