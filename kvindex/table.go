@@ -7,7 +7,7 @@ package kvindex
 // confirms a fingerprint match with an eq function, so two keys that share
 // a fingerprint are still told apart.
 //
-// The table grows by half when it is 4/5 full and its size need not be a
+// Entries are placed Robin Hood style (see place). The table grows by half when it is 4/5 full and its size need not be a
 // power of two (a slot's home is the fingerprint scaled to the size), so
 // it stays between 8/15 and 4/5 full as it grows: about 12 bytes per
 // entry on average, where a table of full keys doubling at 3/4 takes 24.
@@ -64,16 +64,36 @@ func (t *table) insert(k uint64, v uint32) {
 	t.n++
 }
 
+// place stores slot value s Robin Hood style: walking its probe run, it
+// takes the place of the first entry closer to its own home than s is to
+// s's, and carries that entry on. A run is thus ordered by home, so a
+// deletion can stop shifting at the first entry that sits at its home.
 func (t *table) place(s uint64) {
+	dist := 0
 	for i := t.home(uint32(s >> 32)); ; {
-		if uint32(t.slots[i]) == 0 {
+		cur := t.slots[i]
+		if uint32(cur) == 0 {
 			t.slots[i] = s
 			return
 		}
+		if d := t.dist(i, cur); d < dist {
+			t.slots[i], s = s, cur
+			dist = d
+		}
+		dist++
 		if i++; i == len(t.slots) {
 			i = 0
 		}
 	}
+}
+
+// dist returns how far slot value s, stored at i, sits from its home.
+func (t *table) dist(i int, s uint64) int {
+	d := i - t.home(uint32(s>>32))
+	if d < 0 {
+		d += len(t.slots)
+	}
+	return d
 }
 
 // del removes the entry of k for which eq reports true, shifting later
@@ -98,20 +118,19 @@ func (t *table) del(k uint64, eq func(v uint32) bool) {
 		}
 	}
 	t.n--
-	for j := i; ; {
-		if j++; j == size {
+	// Shift the rest of the run back by one, up to an empty slot or an
+	// entry at its home.
+	for {
+		j := i + 1
+		if j == size {
 			j = 0
 		}
 		s := t.slots[j]
-		if uint32(s) == 0 {
+		if uint32(s) == 0 || t.dist(j, s) == 0 {
 			break
 		}
-		home := t.home(uint32(s >> 32))
-		// Move j into the hole at i unless its home lies cyclically in (i, j].
-		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
-			t.slots[i] = s
-			i = j
-		}
+		t.slots[i] = s
+		i = j
 	}
 	t.slots[i] = 0
 	if size > tableMinSize && t.n*8 < size {
