@@ -49,6 +49,16 @@
 // endpoint clears that stream's entries, with a log line and a count in
 // warmpath_kvindex_resets_total.
 //
+// # Memory
+//
+// A block is a 32-byte node without pointers; the one stream holding it
+// is kept inline, and several holders or speculation move to a side
+// record. The two hash tables (block key → node, and per stream engine
+// hash → node) keep 8-byte slots of a fingerprint and a node index and
+// confirm matches against the node; they grow by half at 4/5 full. A
+// (block, worker) entry costs 52–62 bytes when one worker holds the block,
+// depending on how full the tables are, and less when several share it.
+//
 // # Metrics
 //
 // All under warmpath_kvindex_: events_total{type}, skipped_total{reason},

@@ -75,11 +75,14 @@ func WithClock(now func() time.Time) Option {
 type Index struct {
 	mu sync.RWMutex
 
-	keys  table  // block key → node index
-	nodes []node // index 0 is unused, so 0 means "none"
-	free  []uint32
-	head  uint32 // most recently touched
-	tail  uint32 // least recently touched
+	keys    table    // block key → node index
+	pages   [][]node // see nodes.go
+	nnodes  uint32   // node indices handed out so far, 0 included
+	free    []uint32
+	exts    []nodeExt // holders of shared nodes
+	freeExt []uint32
+	head    uint32 // most recently touched
+	tail    uint32 // least recently touched
 
 	// Lookups cannot reorder the LRU list under the read lock, so they log
 	// the chains they hit (node indices, each chain ended by 0) and the next
@@ -109,35 +112,6 @@ type slotName struct {
 	rank   int
 }
 
-// node is one block key and the slots holding it. It is 64 bytes, one
-// cache line: what is rare (speculation, more than 64 streams) lives in ext.
-type node struct {
-	key uint64
-	// lo holds the GPU and other-medium bitsets of slots 0–63.
-	lo      [2]uint64
-	ext     *nodeExt // nil unless speculated on or held by slot ≥ 64
-	entries []entry
-	prev    uint32
-	next    uint32
-}
-
-// nodeExt holds a node's rare state.
-type nodeExt struct {
-	spec      uint64 // speculative bitset of slots 0–63
-	specUntil int64  // unix nanos; the latest expiry among spec bits
-	// hi holds further words of the bitsets by kind (bGPU, bOff, bSpec).
-	hi [3][]uint64
-}
-
-// entry is one slot's hold on a node: its engine hash and reference counts
-// per medium (vLLM may store the same hash more than once).
-type entry struct {
-	hash uint64
-	slot uint16
-	gpu  uint16
-	off  uint16
-}
-
 // slot is the index state of one (worker, rank) stream.
 type slot struct {
 	id     uint16
@@ -160,7 +134,7 @@ type specItem struct {
 // New returns an empty Index.
 func New(opts ...Option) *Index {
 	ix := &Index{
-		nodes:      make([]node, 1),
+		nnodes:     1,
 		byName:     make(map[slotName]uint16),
 		budget:     DefaultEntryBudget,
 		staleAfter: DefaultStaleAfter,
@@ -291,14 +265,14 @@ func (ix *Index) applyLocked(s *slot, ev *Event) {
 		s.status.BlockSize = ev.BlockSize
 		var key uint64
 		if ev.HasParent {
-			ni := s.blocks.get(ev.ParentHash)
+			ni := ix.blockOf(s, ev.ParentHash)
 			if ni == 0 {
 				// Missed events: the chain cannot be placed. Never guess.
 				ix.m.skipUnreachable.Inc()
 				s.status.Unreachable++
 				return
 			}
-			key = ix.nodes[ni].key
+			key = ix.node(ni).key
 		} else {
 			ck := ChainKey{Model: s.model, LoRA: ev.LoRAName}
 			if ck.LoRA == "" && ev.HasLoRAID {
@@ -339,50 +313,71 @@ func indexedGroup(ev *Event) bool {
 	return ev.GroupIdx == 0
 }
 
+// nodeOf returns the node of a block key, or 0. It is table.get with the
+// key comparison written in, since lookups call it for every block.
+func (ix *Index) nodeOf(key uint64) uint32 {
+	t := &ix.keys
+	if t.n == 0 {
+		return 0
+	}
+	fp := fingerprint(key)
+	for i := t.home(fp); ; {
+		s := t.slots[i]
+		ni := uint32(s)
+		if ni == 0 {
+			return 0
+		}
+		if uint32(s>>32) == fp && ix.node(ni).key == key {
+			return ni
+		}
+		if i++; i == len(t.slots) {
+			i = 0
+		}
+	}
+}
+
+// blockOf returns the node s holds under an engine hash, or 0.
+func (ix *Index) blockOf(s *slot, hash uint64) uint32 {
+	return s.blocks.get(hash, func(ni uint32) bool {
+		e, ok := ix.entryOf(ix.node(ni), s.id)
+		return ok && e.hash == hash
+	})
+}
+
 func (ix *Index) nodeFor(key uint64) uint32 {
-	if ni := ix.keys.get(key); ni != 0 {
+	if ni := ix.nodeOf(key); ni != 0 {
 		return ni
 	}
-	var ni uint32
-	if k := len(ix.free); k > 0 {
-		ni = ix.free[k-1]
-		ix.free = ix.free[:k-1]
-	} else {
-		ix.nodes = append(ix.nodes, node{})
-		ni = uint32(len(ix.nodes) - 1)
-	}
-	n := &ix.nodes[ni]
-	n.key = key
-	ix.keys.put(key, ni)
+	ni := ix.newNode()
+	ix.node(ni).key = key
+	ix.keys.insert(key, ni)
 	return ni
 }
 
 func (ix *Index) storeLocked(s *slot, hash, key uint64, gpu bool) {
-	if ni := s.blocks.get(hash); ni != 0 && ix.nodes[ni].key != key {
+	if ni := ix.blockOf(s, hash); ni != 0 && ix.node(ni).key != key {
 		// The engine reused a hash for different content (a fold
 		// collision or a reset we missed): forget the old block.
 		ix.dropEntryLocked(s, ni, hash)
 	}
 	ni := ix.nodeFor(key)
-	n := &ix.nodes[ni]
-	e := n.find(s.id)
-	if e == nil {
-		n.entries = append(n.entries, entry{hash: hash, slot: s.id})
-		e = &n.entries[len(n.entries)-1]
-		s.blocks.put(hash, ni)
+	n := ix.node(ni)
+	e, ok := ix.entryOf(n, s.id)
+	if !ok {
+		e = entry{hash: hash, slot: s.id}
+		s.blocks.insert(hash, ni)
 		s.status.Blocks++
 		ix.entries++
 	}
 	if gpu {
 		e.gpu++
-		n.set(bGPU, s.id)
 	} else {
 		e.off++
-		n.set(bOff, s.id)
 	}
-	if n.has(bSpec, s.id) {
+	ix.putEntry(n, e)
+	if ix.has(n, bSpec, s.id) {
 		// The real event replaces the speculation.
-		n.clear(bSpec, s.id)
+		ix.clearSpec(n, s.id)
 		delete(s.specAt, ni)
 		ix.entries--
 		ix.specs--
@@ -393,62 +388,50 @@ func (ix *Index) storeLocked(s *slot, hash, key uint64, gpu bool) {
 // removeLocked drops one reference of hash in one medium. It reports
 // whether the hash was known.
 func (ix *Index) removeLocked(s *slot, hash uint64, gpu bool) bool {
-	ni := s.blocks.get(hash)
+	ni := ix.blockOf(s, hash)
 	if ni == 0 {
 		return false
 	}
-	n := &ix.nodes[ni]
-	e := n.find(s.id)
-	if e == nil {
+	n := ix.node(ni)
+	e, ok := ix.entryOf(n, s.id)
+	if !ok {
 		return false
 	}
 	switch {
 	case gpu && e.gpu > 0:
 		e.gpu--
-		if e.gpu == 0 {
-			n.clear(bGPU, s.id)
-		}
 	case !gpu && e.off > 0:
 		e.off--
-		if e.off == 0 {
-			n.clear(bOff, s.id)
-		}
 	default:
 		return false
 	}
 	if e.gpu == 0 && e.off == 0 {
 		ix.dropEntryLocked(s, ni, hash)
+	} else {
+		ix.putEntry(n, e)
 	}
 	return true
 }
 
 // dropEntryLocked removes s's entry from node ni, whatever its counts.
 func (ix *Index) dropEntryLocked(s *slot, ni uint32, hash uint64) {
-	n := &ix.nodes[ni]
-	for i := range n.entries {
-		if n.entries[i].slot == s.id {
-			last := len(n.entries) - 1
-			n.entries[i] = n.entries[last]
-			n.entries = n.entries[:last]
-			ix.entries--
-			s.status.Blocks--
-			break
-		}
+	if ix.delEntry(ix.node(ni), s.id) {
+		ix.entries--
+		s.status.Blocks--
 	}
-	n.clear(bGPU, s.id)
-	n.clear(bOff, s.id)
-	s.blocks.del(hash)
+	s.blocks.del(hash, func(v uint32) bool { return v == ni })
 	ix.maybeFree(ni)
 }
 
+// maybeFree frees node ni if nothing holds it.
 func (ix *Index) maybeFree(ni uint32) {
-	n := &ix.nodes[ni]
-	if len(n.entries) > 0 || n.anySpec() {
+	n := ix.node(ni)
+	if n.b != 0 {
 		return
 	}
 	ix.unlink(ni)
-	ix.keys.del(n.key)
-	*n = node{entries: n.entries[:0]}
+	ix.keys.del(n.key, func(v uint32) bool { return v == ni })
+	*n = node{}
 	ix.free = append(ix.free, ni)
 }
 
@@ -456,7 +439,11 @@ func (ix *Index) maybeFree(ni uint32) {
 func (ix *Index) clearSlotLocked(s *slot) {
 	blocks := s.blocks
 	s.blocks.reset()
-	blocks.each(func(hash uint64, ni uint32) { ix.dropEntryLocked(s, ni, hash) })
+	blocks.each(func(ni uint32) {
+		if e, ok := ix.entryOf(ix.node(ni), s.id); ok {
+			ix.dropEntryLocked(s, ni, e.hash)
+		}
+	})
 	for ni := range s.specAt {
 		ix.dropSpecLocked(s, ni)
 	}
@@ -464,9 +451,9 @@ func (ix *Index) clearSlotLocked(s *slot) {
 }
 
 func (ix *Index) dropSpecLocked(s *slot, ni uint32) {
-	n := &ix.nodes[ni]
-	if n.has(bSpec, s.id) {
-		n.clear(bSpec, s.id)
+	n := ix.node(ni)
+	if ix.has(n, bSpec, s.id) {
+		ix.clearSpec(n, s.id)
 		ix.entries--
 		ix.specs--
 	}
@@ -474,26 +461,17 @@ func (ix *Index) dropSpecLocked(s *slot, ni uint32) {
 	ix.maybeFree(ni)
 }
 
-func (n *node) find(id uint16) *entry {
-	for i := range n.entries {
-		if n.entries[i].slot == id {
-			return &n.entries[i]
-		}
-	}
-	return nil
-}
-
 // LRU list: head is most recent. Node 0 is the nil link.
 
 func (ix *Index) unlink(ni uint32) {
-	n := &ix.nodes[ni]
+	n := ix.node(ni)
 	if n.prev != 0 {
-		ix.nodes[n.prev].next = n.next
+		ix.node(n.prev).next = n.next
 	} else if ix.head == ni {
 		ix.head = n.next
 	}
 	if n.next != 0 {
-		ix.nodes[n.next].prev = n.prev
+		ix.node(n.next).prev = n.prev
 	} else if ix.tail == ni {
 		ix.tail = n.prev
 	}
@@ -505,10 +483,10 @@ func (ix *Index) toFront(ni uint32) {
 		return
 	}
 	ix.unlink(ni)
-	n := &ix.nodes[ni]
+	n := ix.node(ni)
 	n.next = ix.head
 	if ix.head != 0 {
-		ix.nodes[ix.head].prev = ni
+		ix.node(ix.head).prev = ni
 	}
 	ix.head = ni
 	if ix.tail == 0 {
@@ -557,26 +535,28 @@ func (ix *Index) drainTouchesLocked() {
 func (ix *Index) evictLocked() {
 	for ix.entries > ix.budget && ix.tail != 0 {
 		ni := ix.tail
-		n := &ix.nodes[ni]
+		n := ix.node(ni)
 		ix.m.evictions.Inc()
-		for len(n.entries) > 0 {
-			e := n.entries[len(n.entries)-1]
+		for {
+			e, ok := ix.anyEntry(n)
+			if !ok {
+				break
+			}
 			if s := ix.slots[e.slot]; s != nil {
 				ix.dropEntryLocked(s, ni, e.hash)
 			} else {
-				n.entries = n.entries[:len(n.entries)-1] // cannot happen; keeps the loop finite
+				ix.delEntry(n, e.slot) // cannot happen; keeps the loop finite
 				ix.entries--
 			}
-			n = &ix.nodes[ni]
 		}
 		for _, s := range ix.slots {
-			if s != nil && n.has(bSpec, s.id) {
+			if s != nil && ix.has(n, bSpec, s.id) {
 				ix.dropSpecLocked(s, ni)
 			}
 		}
 		if ix.tail == ni {
 			// Whatever state is left, the node must leave the list.
-			ix.nodes[ni].ext = nil
+			ix.release(n)
 			ix.maybeFree(ni)
 		}
 	}
@@ -607,17 +587,16 @@ func (ix *Index) Speculate(worker string, key ChainKey, tokens []uint32, blockSi
 	keys := BlockKeys(key, tokens, blockSize)
 	for i := len(keys) - 1; i >= 0; i-- {
 		ni := ix.nodeFor(keys[i])
-		n := &ix.nodes[ni]
-		if !n.has(bSpec, s.id) {
-			if n.find(s.id) != nil {
+		n := ix.node(ni)
+		if !ix.has(n, bSpec, s.id) {
+			if _, ok := ix.entryOf(n, s.id); ok {
 				ix.toFront(ni)
 				continue // already really there
 			}
-			n.set(bSpec, s.id)
 			ix.entries++
 			ix.specs++
 		}
-		n.ext.specUntil = max(n.ext.specUntil, until)
+		ix.setSpec(n, s.id, until)
 		s.specAt[ni] = until
 		s.specQ = append(s.specQ, specItem{node: ni, until: until})
 		ix.toFront(ni)
@@ -706,6 +685,7 @@ func (ix *Index) Lookup(key ChainKey, tokens []uint32, blockSize int) []Match {
 	h := key.root()
 	matched := 0
 	chunk := 16
+	var prev uint32 // the node of the previous block
 walk:
 	for base := 0; base < limit; {
 		c := min(chunk, limit-base, len(keyBuf))
@@ -715,23 +695,53 @@ walk:
 			h = blockKey(h, tokens[at:at+blockSize])
 			keyBuf[j] = h
 		}
+		// A chain stored in one event takes consecutive nodes, tail first,
+		// so a block's successor is usually the node just below it: try it
+		// before the table.
 		for j := range c {
-			niBuf[j] = ix.keys.get(keyBuf[j])
+			k := keyBuf[j]
+			if guess := prev - 1; prev > 1 && ix.node(guess).key == k && ix.node(guess).b != 0 {
+				prev = guess
+			} else {
+				prev = ix.nodeOf(k)
+			}
+			niBuf[j] = prev
 		}
 		for j, ni := range niBuf[:c] {
 			if ni == 0 {
 				break walk
 			}
 			i := base + j
-			n := &ix.nodes[ni]
-			specOK := n.specLive(now)
+			n := ix.node(ni)
+			if words == 1 && n.b&(modeShared|sharedRare) == modeShared {
+				// The common case, written in: streams 0–63, GPU only.
+				a, g := n.a, n.a
+				if i > 0 {
+					for d := anyAlive[0] &^ a; d != 0; d &= d - 1 {
+						depthAny[bits.TrailingZeros64(d)] = int32(i)
+					}
+					for d := gpuAlive[0] &^ g; d != 0; d &= d - 1 {
+						depthGPU[bits.TrailingZeros64(d)] = int32(i)
+					}
+					a &= anyAlive[0]
+					g &= gpuAlive[0]
+				}
+				anyAlive[0], gpuAlive[0] = a, g
+				if a == 0 {
+					break walk
+				}
+				path = append(path, ni)
+				matched = i + 1
+				continue
+			}
+			specOK := ix.specLive(n, now)
 			live := false
 			for w := range words {
-				g := n.word(bGPU, w)
+				g, o, sp := ix.words(n, w)
 				if specOK {
-					g |= n.word(bSpec, w)
+					g |= sp
 				}
-				a := g | n.word(bOff, w)
+				a := g | o
 				if i > 0 {
 					for d := anyAlive[w] &^ a; d != 0; d &= d - 1 {
 						depthAny[w*64+bits.TrailingZeros64(d)] = int32(i)
@@ -790,86 +800,6 @@ walk:
 	}
 	ix.m.lookup.Observe(time.Since(start).Seconds())
 	return out
-}
-
-// Bitset kinds of a node.
-const (
-	bGPU  = iota // held on GPU
-	bOff         // held in another medium
-	bSpec        // speculative (GPU)
-)
-
-// word returns word w of bitset k.
-func (n *node) word(k, w int) uint64 {
-	if w == 0 {
-		if k < bSpec {
-			return n.lo[k]
-		}
-		if n.ext == nil {
-			return 0
-		}
-		return n.ext.spec
-	}
-	if n.ext == nil || w-1 >= len(n.ext.hi[k]) {
-		return 0
-	}
-	return n.ext.hi[k][w-1]
-}
-
-func (n *node) set(k int, id uint16) {
-	w := int(id) / 64
-	if w == 0 && k < bSpec {
-		n.lo[k] |= 1 << id
-		return
-	}
-	if n.ext == nil {
-		n.ext = new(nodeExt)
-	}
-	if w == 0 {
-		n.ext.spec |= 1 << id
-		return
-	}
-	for len(n.ext.hi[k]) < w {
-		n.ext.hi[k] = append(n.ext.hi[k], 0)
-	}
-	n.ext.hi[k][w-1] |= 1 << (id % 64)
-}
-
-func (n *node) clear(k int, id uint16) {
-	w := int(id) / 64
-	switch {
-	case w == 0 && k < bSpec:
-		n.lo[k] &^= 1 << id
-	case n.ext == nil:
-	case w == 0:
-		n.ext.spec &^= 1 << id
-	case w-1 < len(n.ext.hi[k]):
-		n.ext.hi[k][w-1] &^= 1 << (id % 64)
-	}
-}
-
-func (n *node) has(k int, id uint16) bool {
-	return n.word(k, int(id)/64)&(1<<(id%64)) != 0
-}
-
-func (n *node) anySpec() bool {
-	if n.ext == nil {
-		return false
-	}
-	if n.ext.spec != 0 {
-		return true
-	}
-	for _, w := range n.ext.hi[bSpec] {
-		if w != 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// specLive reports whether the node's speculative bits are unexpired.
-func (n *node) specLive(now int64) bool {
-	return n.ext != nil && n.ext.specUntil > now
 }
 
 func (ix *Index) gaugesLocked() {

@@ -1,0 +1,205 @@
+package kvindex
+
+import (
+	"fmt"
+	"math/bits"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestNodeForms drives an index through random stores, removals in both
+// media, speculation, expiry, clears and evictions over more than 64
+// streams, so that nodes move between the inline and shared forms, and
+// checks the index's invariants after every step.
+func TestNodeForms(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		workers int
+		budget  int
+	}{
+		{"few streams", 3, 1 << 20},
+		{"streams past 64", 80, 1 << 20},
+		{"tight budget", 80, 40},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clock := &fakeClock{t: time.Unix(1000, 0)}
+			ix := New(WithClock(clock.now), WithEntryBudget(tc.budget), WithSpeculativeTTL(time.Second))
+			rng := rand.New(rand.NewPCG(7, uint64(tc.workers)))
+			prompts := make([][]uint32, 4)
+			for i := range prompts {
+				prompts[i] = seqTokens(1+i*1000, 8*testBlock+1)
+			}
+			media := []string{"", "GPU", "CPU"}
+			for step := range 3000 {
+				w := rng.IntN(tc.workers)
+				name := fmt.Sprintf("w%d", w)
+				p := rng.IntN(len(prompts))
+				base := uint64(w)<<32 | uint64(p)<<16
+				switch op := rng.IntN(10); {
+				case op < 4:
+					apply(ix, name, storeEv(prompts[p], 0, 1+rng.IntN(8), base, media[rng.IntN(3)]))
+				case op < 7:
+					apply(ix, name, removeEv(media[rng.IntN(3)], base+uint64(rng.IntN(8))))
+				case op < 8:
+					ix.Speculate(name, mkey, prompts[p], testBlock)
+				case op < 9:
+					clock.advance(300 * time.Millisecond)
+					got, want := ix.Lookup(mkey, prompts[p], testBlock), lookupSlow(ix, prompts[p])
+					sortMatches(got)
+					if fmt.Sprint(got) != fmt.Sprint(want) {
+						t.Fatalf("step %d: Lookup %v, reference %v", step, got, want)
+					}
+				default:
+					if rng.IntN(10) == 0 {
+						apply(ix, name, Event{Kind: AllBlocksCleared})
+					}
+				}
+				if err := checkIndex(ix); err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+			}
+		})
+	}
+}
+
+// checkIndex verifies the index's internal invariants.
+func checkIndex(ix *Index) error {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	free := make(map[uint32]bool)
+	for _, ni := range ix.free {
+		free[ni] = true
+	}
+	entries := 0
+	for ni := uint32(1); ni < ix.nnodes; ni++ {
+		n := ix.node(ni)
+		if free[ni] {
+			if *n != (node{}) {
+				return fmt.Errorf("free node %d not zero", ni)
+			}
+			continue
+		}
+		if got := ix.nodeOf(n.key); got != ni {
+			return fmt.Errorf("node %d: key resolves to %d", ni, got)
+		}
+		switch {
+		case n.b&modeInline != 0:
+			e := inlineEntry(n)
+			if e.gpu == 0 && e.off == 0 {
+				return fmt.Errorf("node %d: inline entry without references", ni)
+			}
+			entries++
+		case n.b&modeShared != 0:
+			x := ix.ext(n)
+			var gpu, off, spec [MaxStreams / 64]uint64
+			for _, e := range x.entries {
+				if e.gpu > 0 {
+					gpu[e.slot/64] |= 1 << (e.slot % 64)
+				}
+				if e.off > 0 {
+					off[e.slot/64] |= 1 << (e.slot % 64)
+				}
+			}
+			specs := 0
+			for w := range len(spec) {
+				g, o, s := ix.words(n, w)
+				if g != gpu[w] || o != off[w] {
+					return fmt.Errorf("node %d word %d: bits %x/%x, entries say %x/%x", ni, w, g, o, gpu[w], off[w])
+				}
+				spec[w] = s
+				specs += bits.OnesCount64(s)
+			}
+			rare := x.off|x.spec != 0
+			for k := range 3 {
+				rare = rare || slices.ContainsFunc(x.hiWords(k), func(v uint64) bool { return v != 0 })
+			}
+			if rare != (n.b&sharedRare != 0) {
+				return fmt.Errorf("node %d: rare flag %v, bits say %v", ni, !rare, rare)
+			}
+			if len(x.entries) < 2 && specs == 0 {
+				return fmt.Errorf("node %d: shared with %d entries and no speculation", ni, len(x.entries))
+			}
+			entries += len(x.entries) + specs
+		default:
+			return fmt.Errorf("node %d: neither free nor held", ni)
+		}
+	}
+	if entries != ix.entries {
+		return fmt.Errorf("%d entries on nodes, index counts %d", entries, ix.entries)
+	}
+	for _, s := range ix.slots {
+		if s == nil {
+			continue
+		}
+		n := 0
+		var err error
+		s.blocks.each(func(ni uint32) {
+			n++
+			e, ok := ix.entryOf(ix.node(ni), s.id)
+			if !ok {
+				err = fmt.Errorf("slot %d: block table names node %d without its entry", s.id, ni)
+			} else if got := ix.blockOf(s, e.hash); got != ni {
+				err = fmt.Errorf("slot %d: hash %x resolves to %d, want %d", s.id, e.hash, got, ni)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if n != s.status.Blocks {
+			return fmt.Errorf("slot %d: %d blocks in its table, status says %d", s.id, n, s.status.Blocks)
+		}
+	}
+	return nil
+}
+
+// lookupSlow is a reference for Lookup over rank-0 streams: per stream,
+// the leading blocks it holds in any medium and on GPU (speculation
+// counting as GPU while live), read through Index.words one block at a
+// time.
+func lookupSlow(ix *Index, prompt []uint32) []Match {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	limit := (len(prompt) - 1) / testBlock
+	keys := BlockKeys(mkey, prompt, testBlock)[:limit]
+	now := ix.now().UnixNano()
+	var out []Match
+	for _, s := range ix.slots {
+		if s == nil {
+			continue
+		}
+		w, bit := int(s.id)/64, uint64(1)<<(s.id%64)
+		anyDepth, gpuDepth := 0, 0
+		anyOn, gpuOn := true, true
+		for _, k := range keys {
+			ni := ix.nodeOf(k)
+			if ni == 0 {
+				break
+			}
+			n := ix.node(ni)
+			g, o, sp := ix.words(n, w)
+			if ix.specLive(n, now) {
+				g |= sp
+			}
+			gpuOn = gpuOn && g&bit != 0
+			anyOn = anyOn && (g|o)&bit != 0
+			if !anyOn {
+				break
+			}
+			anyDepth++
+			if gpuOn {
+				gpuDepth++
+			}
+		}
+		if anyDepth > 0 {
+			out = append(out, Match{Worker: s.name.worker, GPUTokens: gpuDepth * testBlock,
+				OffloadedTokens: (anyDepth - gpuDepth) * testBlock})
+		}
+	}
+	sortMatches(out)
+	return out
+}
