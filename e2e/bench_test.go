@@ -118,12 +118,15 @@ func benchEnvoy(b *testing.B, extproc string, respBody filterv3.ProcessingMode_B
 	return "http://" + e.Listeners["llm_ingress"]
 }
 
+// benchWarmpath runs warmpath as in production: the warmpath policy with
+// the model's tokenizer local, so no request waits on a remote /tokenize.
 func benchWarmpath(b *testing.B, upstream string) *warmpathProc {
-	return startWarmpath(b, fmt.Sprintf(`policy: round-robin
-models: [{name: m}]
+	tok := filepath.Join(envoytest.RepoRoot(b), "tokenize/testdata/models/qwen3")
+	return startWarmpath(b, fmt.Sprintf(`policy: warmpath
+models: [{name: m, tokenizer: %q}]
 workers: [{name: w0, address: %q, models: [m]}]
 log: {level: warn}
-`, upstream))
+`, tok, upstream))
 }
 
 func percentile(xs []time.Duration, p float64) time.Duration {
