@@ -141,12 +141,20 @@ func newHarness(t testing.TB, cfg Config, opts ...Option) *harness {
 	t.Helper()
 	h := &harness{picker: newFakePicker(), pool: &fakePool{workers: testWorkers}, reg: prometheus.NewRegistry()}
 	h.srv = New(cfg, h.pool, h.picker, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), opts...)
+	h.client = serveLoopback(t, h.srv)
+	return h
+}
+
+// serveLoopback serves srv on a loopback :0 listener until the test ends
+// and returns a client connected to it.
+func serveLoopback(t testing.TB, srv *Server) extprocv3.ExternalProcessorClient {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(gs, h.srv)
+	extprocv3.RegisterExternalProcessorServer(gs, srv)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -161,8 +169,7 @@ func newHarness(t testing.TB, cfg Config, opts ...Option) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	h.client = extprocv3.NewExternalProcessorClient(conn)
-	return h
+	return extprocv3.NewExternalProcessorClient(conn)
 }
 
 // envoy is one fake Envoy stream.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +16,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/warmpath/warmpath/scoring"
@@ -79,27 +76,7 @@ func newTraced(t *testing.T, picker *decisionPicker, sc telemetry.Semconv, opts 
 	tr := &traced{rec: rec, reg: prometheus.NewRegistry(), picker: picker}
 	opts = append([]Option{WithTracing(telemetry.NewProvider(tp, sc, tp.Shutdown), false)}, opts...)
 	tr.srv = New(testConfig(), &fakePool{workers: testWorkers}, picker, tr.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), opts...)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(gs, tr.srv)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = gs.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		gs.Stop()
-		<-served
-	})
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	tr.client = extprocv3.NewExternalProcessorClient(conn)
+	tr.client = serveLoopback(t, tr.srv)
 	return tr
 }
 
