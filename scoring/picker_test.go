@@ -9,7 +9,4 @@ type picker interface {
 	Done(d *Decision, o Outcome)
 }
 
-var (
-	_ picker = (*Router)(nil)
-	_ picker = (*RoundRobin)(nil)
-)
+var _ picker = (*Router)(nil)

@@ -143,18 +143,6 @@ func TestRoundRobinRotates(t *testing.T) {
 	}
 }
 
-func TestLegacyRoundRobin(t *testing.T) {
-	t.Parallel()
-	var p RoundRobin
-	ws := pool(2)
-	a, _ := p.Pick(t.Context(), &Request{}, ws)
-	b, _ := p.Pick(t.Context(), &Request{}, ws)
-	if a.Worker != "w0" || b.Worker != "w1" {
-		t.Errorf("picked %s, %s", a.Worker, b.Worker)
-	}
-	p.Done(a, Outcome{})
-}
-
 func TestNewRejects(t *testing.T) {
 	t.Parallel()
 	bad := DefaultConfig()

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"testing"
 
@@ -55,7 +56,11 @@ func TestServeEmbeddedRefusesBadInput(t *testing.T) {
 		{"nil picker", func(ctx context.Context) error { return ServeWithPicker(ctx, good, nil, io.Discard, io.Discard) }},
 		{"nil wrap", func(ctx context.Context) error { return ServeWrapped(ctx, good, nil, io.Discard, io.Discard) }},
 		{"invalid config", func(ctx context.Context) error {
-			return ServeWithPicker(ctx, bad, &scoring.RoundRobin{}, io.Discard, io.Discard)
+			rr, err := scoring.New("round-robin", scoring.DefaultConfig(), scoring.Deps{Registerer: prometheus.NewRegistry()})
+			if err != nil {
+				return nil // the case would pass for the wrong reason
+			}
+			return ServeWithPicker(ctx, bad, rr, io.Discard, io.Discard)
 		}},
 	}
 	for _, tc := range tests {
