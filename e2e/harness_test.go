@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -42,24 +40,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer is a bytes.Buffer safe for a process writing while a test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // warmpathProc is a running warmpath process.
 type warmpathProc struct {
 	ExtProc, Admin string
@@ -75,7 +55,7 @@ func startWarmpath(t testing.TB, config string) *warmpathProc {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(warmpathBin, "serve", "--config", path, "--extproc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0")
-	var log syncBuffer
+	var log envoytest.SyncBuffer
 	cmd.Stderr = &log
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

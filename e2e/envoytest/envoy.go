@@ -169,19 +169,19 @@ func (e *Envoy) Stop() {
 	}
 }
 
-// syncBuffer collects a process's output while a test may read it.
-type syncBuffer struct {
+// SyncBuffer collects a process's output while a test may read it.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
@@ -191,7 +191,7 @@ func (s *syncBuffer) String() string {
 // Launch). Envoy's log is printed only if the test fails.
 func Start(t testing.TB, config []byte) *Envoy {
 	t.Helper()
-	var log syncBuffer
+	var log SyncBuffer
 	e, err := Launch(t.Context(), Binary(t), config, t.TempDir(), &log)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, tail(log.String(), 100))
