@@ -102,7 +102,25 @@ type workerState struct {
 	// mean completion tokens, over outcomes; 0 until one is seen.
 	avgDecode float64
 	avgOut    float64
+	// ended holds the assignments that ended recently, oldest first: a
+	// scrape taken before they ended still counts them, and without them
+	// the reconciliation would take those for requests warmpath did not
+	// route. Entries older than any fresh scrape are dropped.
+	ended []endedAssignment
 }
+
+// endedAssignment is what the scrape reconciliation needs of an
+// assignment after its end: when it was in the engine, and in which state.
+type endedAssignment struct {
+	decided, start, ended time.Time
+	// first is when its first token came (reported or, if never
+	// reported, predicted).
+	first time.Time
+}
+
+// maxEnded bounds workerState.ended: a worker ending more requests than
+// this within one scrape's age undercounts the reconciliation, never more.
+const maxEnded = 4096
 
 // kvWait predicts how long a request needing need more KV blocks waits for
 // admission on an engine of capacity blocks: blocks are held by the
@@ -156,15 +174,40 @@ func (s *workerState) kvWait(now time.Time, capacity, need int, usage float64, b
 
 func (s *workerState) add(a *assignment) { s.inflight = append(s.inflight, a) }
 
-// remove deletes a, keeping the others in decision (FIFO) order.
-func (s *workerState) remove(a *assignment) {
+// remove deletes a, which ended at now, keeping the others in decision
+// (FIFO) order, and remembers it for the reconciliation of scrapes taken
+// before now.
+func (s *workerState) remove(a *assignment, now time.Time) {
 	for i, b := range s.inflight {
 		if b == a {
 			copy(s.inflight[i:], s.inflight[i+1:])
 			s.inflight[len(s.inflight)-1] = nil
 			s.inflight = s.inflight[:len(s.inflight)-1]
-			return
+			break
 		}
+	}
+	first := a.first
+	if a.firstSeen {
+		first = a.firstAt
+	}
+	if len(s.ended) == maxEnded {
+		copy(s.ended, s.ended[1:])
+		s.ended = s.ended[:maxEnded-1]
+	}
+	s.ended = append(s.ended, endedAssignment{decided: a.decided, start: a.start, ended: now, first: first})
+}
+
+// pruneEnded drops the ended assignments that no scrape taken at or after
+// since can have seen.
+func (s *workerState) pruneEnded(since time.Time) {
+	i := 0
+	for i < len(s.ended) && !s.ended[i].ended.After(since) {
+		i++
+	}
+	if i > 0 {
+		n := copy(s.ended, s.ended[i:])
+		clear(s.ended[n:])
+		s.ended = s.ended[:n]
 	}
 }
 
@@ -217,6 +260,19 @@ func (s *workerState) load(now time.Time, r LoadReport, fresh bool, blockSize in
 	}
 	if !fresh {
 		return l
+	}
+	// Assignments that ended after the scrape were still in the engine
+	// when it was taken.
+	s.pruneEnded(r.Scraped)
+	for _, e := range s.ended {
+		if !e.ended.After(r.Scraped) || e.decided.After(r.Scraped) {
+			continue
+		}
+		if e.start.After(r.Scraped) && e.first.After(r.Scraped) {
+			waitingAt++
+		} else {
+			runningAt++
+		}
 	}
 	if r.HasKVUsage {
 		l.kvUsage = r.KVUsage

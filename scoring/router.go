@@ -442,7 +442,9 @@ func (r *Router) Done(d *Decision, o Outcome) {
 	}
 	delete(r.live, d)
 	st := a.state
-	st.remove(a)
+	now := r.now()
+	st.remove(a, now)
+	st.pruneEnded(now.Add(-r.cfg.LoadMaxAge))
 	var (
 		l       learned
 		learnOK = o.End == EndCompleted && o.TTFT > 0 && o.TTFT <= maxTTFT

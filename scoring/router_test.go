@@ -762,3 +762,46 @@ func TestShadowOfBaseline(t *testing.T) {
 		t.Errorf("regret series %d", n)
 	}
 }
+
+// TestScrapeCountsRecentlyEnded: a scrape taken while warmpath's own
+// requests ran still counts those that ended since; they are not load from
+// another client.
+func TestScrapeCountsRecentlyEnded(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyLeastRequest, DefaultConfig(), nil)
+	ws := pool(1)
+	req := &Request{Model: "m", TokenIDs: prompt(3, 0, 512), Stream: true}
+	var ds []*Decision
+	for range 3 {
+		d, err := g.r.Pick(t.Context(), req, ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.r.FirstToken(d)
+		ds = append(ds, d)
+	}
+	g.clock.Advance(100 * time.Millisecond)
+	// The engine runs the three and, unknown to warmpath, one more.
+	g.load.reports["w0"] = LoadReport{Running: 4, Scraped: g.clock.Now()}
+	g.clock.Advance(100 * time.Millisecond)
+	for _, d := range ds[:2] {
+		g.r.Done(d, Outcome{End: EndCompleted, TTFT: 50 * time.Millisecond, Duration: 200 * time.Millisecond,
+			PromptTokens: 512, CachedTokens: 0, CompletionTokens: 10})
+	}
+	d, err := g.r.Predict(t.Context(), req, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One of warmpath's own is still decoding, plus the other client's one.
+	if c := d.Candidates[0]; c.Decoding != 2 || c.InFlight != 1 {
+		t.Errorf("decoding %d, in flight %d; want 2 and 1 (the ended ones are not another client's load)", c.Decoding, c.InFlight)
+	}
+	// A scrape taken after they ended does not count them.
+	g.load.reports["w0"] = LoadReport{Running: 2, Scraped: g.clock.Now()}
+	if d, err = g.r.Predict(t.Context(), req, ws); err != nil {
+		t.Fatal(err)
+	}
+	if c := d.Candidates[0]; c.Decoding != 2 {
+		t.Errorf("after a new scrape: decoding %d, want 2", c.Decoding)
+	}
+}
