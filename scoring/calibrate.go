@@ -4,30 +4,42 @@ import "math"
 
 // calibrator learns one worker's step model online from observed TTFTs.
 //
-// It is a recursive least-squares fit with exponential forgetting, started
-// from the configured prior: parameters are kept relative to the prior
-// (theta[i] = 1 means "as the prior says") with covariance spread²·I, so
-// before any data the prediction is the prior's and every direction the
-// data does not excite stays near it. Each observation is weighted by a
-// Huber weight on its residual standardised by the predictive spread (noise
-// plus parameter uncertainty), so a worker that is really 2× off the prior
-// moves fast while a single outlier among settled data barely does.
+// It is a weighted least-squares fit with exponential forgetting,
+// regularised towards a centre and bounded below. Parameters are kept
+// relative to the configured prior (theta[i] = 1 means "as the prior
+// says"). The data enter as normal equations (a, b), each outcome weighted
+// by the inverse of its expected noise variance and multiplied by the
+// forgetting factor on every new one; the centre (first the prior) enters
+// with a fixed precision 1/spread² per parameter, which is never forgotten,
+// so every direction the data do not excite stays near it. Each update
+// solves the whole problem again with every parameter at least minTheta of
+// its prior (an active-set solve of five unknowns), rather than clipping a
+// recursive update: clipping one parameter of a nearly collinear pair lets
+// the other run away.
+//
+// Each observation is weighted by a Huber weight on its residual
+// standardised by the predictive spread (noise plus parameter
+// uncertainty), so a worker that is really 2× off the prior moves fast
+// while a single outlier among settled data barely does.
 //
 // A calibrator is not safe for concurrent use; the router guards it.
 type calibrator struct {
 	prior StepModel
 	theta [numParams]float64
-	p     [numParams][numParams]float64
-	// pmax is the prior variance, the cap on each diagonal entry of p
-	// against covariance wind-up under forgetting.
-	pmax float64
+	// a and b are the forgetting-weighted normal equations of the data, in
+	// prior-relative units; centre and prec the regularisation.
+	a      [numParams][numParams]float64
+	b      [numParams]float64
+	centre [numParams]float64
+	prec   float64
 	// scale is a robust running estimate of the relative residual spread.
 	scale float64
 	n     int
 	// run counts consecutive outliers with the same sign; runSign is it.
 	// A run of resetRun is a change of regime (the worker got slower or
-	// faster), not noise, and resets the covariance to the prior's so the
-	// fit moves at once; resets counts those.
+	// faster), not noise: the data so far are dropped and the fit is
+	// regularised towards its current estimate, so it moves at once;
+	// resets counts those.
 	run     int
 	runSign float64
 	resets  int
@@ -39,10 +51,10 @@ type calibrator struct {
 const resetRun = 4
 
 func newCalibrator(prior StepModel, spread, noise float64) *calibrator {
-	c := &calibrator{prior: prior, pmax: spread * spread, scale: noise}
+	c := &calibrator{prior: prior, prec: 1 / (spread * spread), scale: noise}
 	for i := range c.theta {
 		c.theta[i] = 1
-		c.p[i][i] = c.pmax
+		c.centre[i] = 1
 	}
 	return c
 }
@@ -60,6 +72,16 @@ func (c *calibrator) model() StepModel {
 // so that no cost becomes zero or negative.
 const minTheta = 0.02
 
+// system returns the regularised normal equations.
+func (c *calibrator) system() (a [numParams][numParams]float64, b [numParams]float64) {
+	a, b = c.a, c.b
+	for i := range a {
+		a[i][i] += c.prec
+		b[i] += c.prec * c.centre[i]
+	}
+	return a, b
+}
+
 // observe updates the fit with features x (as returned by workload.features)
 // and the observed time y in seconds. It reports whether the observation was
 // down-weighted as an outlier.
@@ -76,20 +98,20 @@ func (c *calibrator) observe(x [numParams]float64, y float64, cfg *Config) (outl
 	if !(yhat > 0) {
 		return false
 	}
-	var pz [numParams]float64
-	for i := range pz {
-		for j := range z {
-			pz[i] += c.p[i][j] * z[j]
-		}
-	}
-	zpz := dot(z, pz)
 	noise := c.scale * yhat
 	r := noise * noise
+	// The predictive variance of yhat is zᵀA⁻¹z in units where each
+	// outcome's noise variance is r.
+	a, _ := c.system()
+	u, ok := solve(a, z, [numParams]bool{})
+	if !ok {
+		return false
+	}
 	e := y - yhat
-	std := math.Sqrt(r + zpz)
+	std := math.Sqrt(r + dot(z, u))
 	w := 1.0
-	if a := math.Abs(e) / std; a > cfg.HuberK {
-		w = cfg.HuberK / a
+	if k := math.Abs(e) / std; k > cfg.HuberK {
+		w = cfg.HuberK / k
 		outlier = true
 		if sign := math.Copysign(1, e); c.run > 0 && sign == c.runSign {
 			c.run++
@@ -102,17 +124,9 @@ func (c *calibrator) observe(x [numParams]float64, y float64, cfg *Config) (outl
 	if c.run >= resetRun {
 		c.run = 0
 		c.resets++
-		for i := range c.p {
-			for j := range c.p[i] {
-				c.p[i][j] = 0
-			}
-			c.p[i][i] = c.pmax
-		}
-		for i := range pz {
-			pz[i] = c.pmax * z[i]
-		}
-		zpz = c.pmax * dot(z, z)
-		std = math.Sqrt(r + zpz)
+		c.a, c.b = [numParams][numParams]float64{}, [numParams]float64{}
+		c.centre = c.theta
+		std = math.Sqrt(r + dot(z, z)/c.prec)
 		w = min(1, cfg.HuberK*std/math.Abs(e))
 	}
 	// Robust scale: relative residual, clipped so outliers move it little.
@@ -120,34 +134,124 @@ func (c *calibrator) observe(x [numParams]float64, y float64, cfg *Config) (outl
 	c.scale += 0.05 * (min(1.25*rel, 3*c.scale) - c.scale)
 	c.scale = max(c.scale, 0.01)
 
-	denom := r/w + zpz
-	var k [numParams]float64
-	for i := range k {
-		k[i] = pz[i] / denom
-	}
-	for i := range c.theta {
-		c.theta[i] = max(c.theta[i]+k[i]*e, minTheta)
-	}
 	lambda := cfg.Forgetting
-	for i := range c.p {
-		for j := range c.p[i] {
-			c.p[i][j] = (c.p[i][j] - k[i]*pz[j]) / lambda
+	wr := w / r
+	for i := range c.a {
+		for j := range c.a[i] {
+			c.a[i][j] = lambda*c.a[i][j] + wr*z[i]*z[j]
 		}
+		c.b[i] = lambda*c.b[i] + wr*z[i]*y
 	}
-	// Cap each variance at the prior's by a symmetric diagonal scaling,
-	// which keeps p positive semi-definite.
-	var s [numParams]float64
-	for i := range s {
-		s[i] = 1
-		if c.p[i][i] > c.pmax {
-			s[i] = math.Sqrt(c.pmax / c.p[i][i])
-		}
-	}
-	for i := range c.p {
-		for j := range c.p[i] {
-			c.p[i][j] *= s[i] * s[j]
-		}
+	if theta, ok := solveBounded(c.system()); ok {
+		c.theta = theta
 	}
 	c.n++
 	return outlier
+}
+
+// solveBounded minimises ½θᵀAθ − bᵀθ subject to θ ≥ minTheta, for a
+// symmetric positive definite A, by an active-set method: parameters that
+// would fall below the bound are held at it and the rest solved again,
+// and a held one is released when the objective would fall by raising it.
+func solveBounded(a [numParams][numParams]float64, b [numParams]float64) ([numParams]float64, bool) {
+	var held [numParams]bool
+	var theta [numParams]float64
+	for range 4 * numParams {
+		// Solve for the free parameters with the held ones at the bound.
+		rhs := b
+		for i := range rhs {
+			for j := range held {
+				if held[j] {
+					rhs[i] -= a[i][j] * minTheta
+				}
+			}
+		}
+		x, ok := solve(a, rhs, held)
+		if !ok {
+			return theta, false
+		}
+		worst, low := -1, minTheta
+		for i := range x {
+			if !held[i] && x[i] < low {
+				worst, low = i, x[i]
+			}
+		}
+		for i := range x {
+			if held[i] {
+				x[i] = minTheta
+			}
+		}
+		if worst >= 0 {
+			held[worst] = true
+			continue
+		}
+		// Release the held parameter whose gradient most wants it raised.
+		release, grad := -1, -1e-12
+		for i := range held {
+			if !held[i] {
+				continue
+			}
+			g := -b[i]
+			for j := range x {
+				g += a[i][j] * x[j]
+			}
+			if g < grad {
+				release, grad = i, g
+			}
+		}
+		theta = x
+		if release < 0 {
+			return theta, true
+		}
+		held[release] = false
+	}
+	return theta, true
+}
+
+// solve solves A x = b over the parameters not in skip (whose x is 0), by
+// Gaussian elimination with partial pivoting. It reports false for a
+// singular system.
+func solve(a [numParams][numParams]float64, b [numParams]float64, skip [numParams]bool) ([numParams]float64, bool) {
+	var idx [numParams]int
+	n := 0
+	for i := range skip {
+		if !skip[i] {
+			idx[n] = i
+			n++
+		}
+	}
+	var m [numParams][numParams + 1]float64
+	for r := range n {
+		for c := range n {
+			m[r][c] = a[idx[r]][idx[c]]
+		}
+		m[r][n] = b[idx[r]]
+	}
+	for col := range n {
+		p := col
+		for r := col + 1; r < n; r++ {
+			if math.Abs(m[r][col]) > math.Abs(m[p][col]) {
+				p = r
+			}
+		}
+		if !(math.Abs(m[p][col]) > 1e-300) {
+			return [numParams]float64{}, false
+		}
+		m[col], m[p] = m[p], m[col]
+		for r := col + 1; r < n; r++ {
+			f := m[r][col] / m[col][col]
+			for c := col; c <= n; c++ {
+				m[r][c] -= f * m[col][c]
+			}
+		}
+	}
+	var x [numParams]float64
+	for r := n - 1; r >= 0; r-- {
+		s := m[r][n]
+		for c := r + 1; c < n; c++ {
+			s -= m[r][c] * x[idx[c]]
+		}
+		x[idx[r]] = s / m[r][r]
+	}
+	return x, true
 }

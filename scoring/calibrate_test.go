@@ -224,3 +224,55 @@ func TestCalibratorIgnoresBadObservations(t *testing.T) {
 		})
 	}
 }
+
+// hitWork draws what most requests of a shared-prefix workload look like:
+// a 4,000-token prefix cached, a question of 32–2,000 tokens, a few
+// sequences decoding and rarely prefill ahead. Its features barely vary
+// in steps, so they leave the step overhead and the per-request overhead
+// almost indistinguishable.
+func hitWork(rng *rand.Rand, budget float64) workload {
+	q := 32 + rng.IntN(1968)
+	w := workload{prompt: float64(4000 + q), cached: 4000, budget: budget}
+	if rng.IntN(10) == 0 {
+		w.cached = 0 // a new prefix
+	}
+	if rng.IntN(5) == 0 {
+		w.ahead = float64(rng.IntN(1500))
+		w.aheadReqs, w.aheadCtx = 1, 4600
+	}
+	w.decoding = float64(rng.IntN(10))
+	w.decodeCtx = w.decoding * 4700
+	return w
+}
+
+// TestCalibrationNarrowWorkload: on a workload whose features are nearly
+// collinear the fit must stay accurate and keep every parameter bounded,
+// never trading one against another without end.
+func TestCalibrationNarrowWorkload(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	// A fast engine in wall time, much cheaper per step than the prior.
+	e := engine{o: 0.002, p: 15e-6, d: 15e-6, c: 22e-9, f: 0.003, budget: 2048}
+	rng := rand.New(rand.NewPCG(7, 8))
+	c := newCalibrator(cfg.Prior, cfg.PriorSpread, cfg.NoiseRel)
+	for range 2000 {
+		w := hitWork(rng, 2048)
+		c.observe(w.features(), noisy(rng, e.ttft(w), 0.1, 0.03), &cfg)
+	}
+	errs := make([]float64, 400)
+	for i := range errs {
+		w := hitWork(rng, 2048)
+		pred := dot(w.features(), c.model().vector())
+		errs[i] = math.Abs(pred-e.ttft(w)) / e.ttft(w)
+	}
+	slices.Sort(errs)
+	med, p90 := errs[len(errs)/2], errs[len(errs)*9/10]
+	m := c.model()
+	t.Logf("median %.1f%%, p90 %.1f%%, model %+v", 100*med, 100*p90, m)
+	if med > 0.10 || p90 > 0.30 {
+		t.Errorf("median %.1f%% (want ≤ 10%%), p90 %.1f%% (want ≤ 30%%)", 100*med, 100*p90)
+	}
+	if m.RequestOverhead > 0.02 || m.StepOverhead > 0.02 {
+		t.Errorf("overheads ran away: %+v", m)
+	}
+}
