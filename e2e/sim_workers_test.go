@@ -77,7 +77,7 @@ func newSim(t *testing.T, name string, kv bool) *simWorker {
 	cfg.Port = 0
 	cfg.ServedModelNames = []string{"qwen3"}
 	if kv {
-		k, err := vllmsim.ParseKVEventsConfig(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://127.0.0.1:0","replay_endpoint":"tcp://127.0.0.1:0","topic":"kv-events","buffer_steps":1000}`)
+		k, err := vllmsim.ParseKVEventsConfig(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://127.0.0.1:*","replay_endpoint":"tcp://127.0.0.1:*","topic":"kv-events","buffer_steps":1000}`)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -194,7 +194,7 @@ func (s *Stack) startSim(ctx context.Context, setup Setup, i int, w WorkerSpec) 
 	}
 	cfg.Engine.Seed = setup.Seed + uint64(i)
 	cfg.TimeScale = setup.TimeScale
-	kv, err := vllmsim.ParseKVEventsConfig(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://127.0.0.1:0","replay_endpoint":"tcp://127.0.0.1:0"}`)
+	kv, err := vllmsim.ParseKVEventsConfig(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://127.0.0.1:*","replay_endpoint":"tcp://127.0.0.1:*"}`)
 	if err != nil {
 		return Sim{}, fmt.Errorf("sim %s: %w", w.Name, err)
 	}
@@ -345,6 +345,12 @@ func (s *Stack) InFlight(ctx context.Context) (float64, error) {
 	return scrapeSum(ctx, "http://"+s.Admin+"/metrics", "warmpath_assignments_in_flight")
 }
 
+// KVEvents returns the KV-cache events warmpath's index applied so far,
+// every type together, read from its /metrics.
+func (s *Stack) KVEvents(ctx context.Context) (float64, error) {
+	return scrapeSum(ctx, "http://"+s.Admin+"/metrics", "warmpath_kvindex_events_total")
+}
+
 // StepLag returns the mean wall-time lag of the simulators' engine steps
 // (vllmsim_step_lag_seconds sum over count, all workers together).
 func (s *Stack) StepLag(ctx context.Context) (time.Duration, error) {
@@ -405,6 +411,31 @@ func (s *Stack) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return errors.Join(s.errs...)
+}
+
+// Snapshot writes warmpath's /metrics and /debug/workers as they are now
+// into the stack's log directory (warmpath-metrics.txt,
+// warmpath-workers.json), for reading a run after it ended.
+func (s *Stack) Snapshot(ctx context.Context) error {
+	for path, file := range map[string]string{"/metrics": "warmpath-metrics.txt", "/debug/workers": "warmpath-workers.json"} {
+		req, err := http.NewRequestWithContext(ctx, "GET", "http://"+s.Admin+path, nil)
+		if err != nil {
+			return fmt.Errorf("snapshot %s: %w", path, err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return fmt.Errorf("snapshot %s: %w", path, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return fmt.Errorf("snapshot %s: %w", path, err)
+		}
+		if err := os.WriteFile(filepath.Join(s.Dir, file), b, 0o644); err != nil {
+			return fmt.Errorf("snapshot %s: %w", path, err)
+		}
+	}
+	return nil
 }
 
 // scrapeSum sums every sample of the metric name in a Prometheus text

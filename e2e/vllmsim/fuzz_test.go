@@ -4,7 +4,10 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
+
+	"github.com/zeromq/goczmq"
 )
 
 // FuzzParsePrompt checks that any completions prompt either parses into
@@ -110,6 +113,7 @@ func TestRankEndpoint(t *testing.T) {
 		{"tcp://*:5557", 0, "tcp://*:5557"},
 		{"tcp://*:5557", 2, "tcp://*:5559"},
 		{"tcp://*:0", 3, "tcp://*:0"},
+		{"tcp://127.0.0.1:*", 2, "tcp://127.0.0.1:*"},
 		{"tcp://router.local:6000", 1, "tcp://router.local:6001"},
 		{"inproc://kv", 1, "inproc://kv_dp1"},
 		{"ipc:///tmp/kv", 1, "ipc:///tmp/kv"},
@@ -120,8 +124,25 @@ func TestRankEndpoint(t *testing.T) {
 			t.Errorf("rankEndpoint(%q, %d) = %q, %v; want %q", tt.in, tt.rank, got, err, tt.want)
 		}
 	}
-	if binds("tcp://router.local:6000") || !binds("tcp://*:5557") {
+	if binds("tcp://router.local:6000") || !binds("tcp://*:5557") || !binds("tcp://127.0.0.1:*") || binds("tcp://127.0.0.1:0") {
 		t.Error("binds: wrong mode")
+	}
+}
+
+// TestAttachEphemeral: a loopback endpoint with port * binds a real port
+// that clients can reach; one with port 0 is vLLM's connect form, which
+// reaches nothing and is refused rather than silently publishing nowhere.
+func TestAttachEphemeral(t *testing.T) {
+	s := goczmq.NewSock(goczmq.Pub)
+	defer s.Destroy()
+	got, err := attach(s, "tcp://127.0.0.1:*", binds("tcp://127.0.0.1:*"))
+	if err != nil || !strings.HasPrefix(got, "tcp://127.0.0.1:") || strings.HasSuffix(got, ":*") || strings.HasSuffix(got, ":0") {
+		t.Errorf("attach tcp://127.0.0.1:* = %q, %v; want a bound port", got, err)
+	}
+	c := goczmq.NewSock(goczmq.Pub)
+	defer c.Destroy()
+	if got, err := attach(c, "tcp://127.0.0.1:0", binds("tcp://127.0.0.1:0")); err == nil {
+		t.Errorf("attach tcp://127.0.0.1:0 = %q; want an error", got)
 	}
 }
 

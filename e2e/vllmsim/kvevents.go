@@ -76,7 +76,7 @@ func ParseKVEventsConfig(s string) (KVEventsConfig, error) {
 func (c KVEventsConfig) Enabled() bool { return c.EnableKVCacheEvents && c.Publisher == "zmq" }
 
 // rankEndpoint returns endpoint as data-parallel rank r uses it: tcp port
-// + r (port 0 stays 0, the OS chooses), inproc://X becomes X_dp<r>.
+// + r (port 0 or * stays: the OS chooses each rank's), inproc://X becomes X_dp<r>.
 func rankEndpoint(endpoint string, r int) (string, error) {
 	if r == 0 || endpoint == "" {
 		return endpoint, nil
@@ -86,6 +86,9 @@ func rankEndpoint(endpoint string, r int) (string, error) {
 	}
 	if !strings.HasPrefix(endpoint, "tcp://") {
 		return endpoint, nil
+	}
+	if strings.HasSuffix(endpoint, ":*") {
+		return endpoint, nil // every rank binds an ephemeral port of its own
 	}
 	u, err := url.Parse(endpoint)
 	if err != nil {

@@ -92,6 +92,10 @@ func newPublisher(cfg KVEventsConfig, rank int, opts publisherOptions, log *slog
 // attach binds or connects s and returns the endpoint clients should use.
 func attach(s *goczmq.Sock, endpoint string, bind bool) (string, error) {
 	if !bind {
+		if strings.HasSuffix(endpoint, ":0") {
+			// vLLM connects an endpoint without "*"; port 0 reaches nothing.
+			return "", fmt.Errorf("connect %s: port 0 reaches nothing (bind an ephemeral port with tcp://HOST:*)", endpoint)
+		}
 		if err := s.Connect(endpoint); err != nil {
 			return "", fmt.Errorf("connect %s: %w", endpoint, err)
 		}
