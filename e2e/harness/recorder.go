@@ -22,6 +22,11 @@ type Record struct {
 	// prediction; zero for policies that predict nothing.
 	PredictedTTFT   time.Duration
 	PredictedCached int
+	// Chosen is the chosen candidate as the picker saw it: the predicted
+	// parts (queue wait, prefill, overhead) and the load behind them.
+	Chosen scoring.Candidate
+	// Candidates is every worker considered, with its prediction.
+	Candidates []scoring.Candidate
 	// Outcome is what warmpath observed when the assignment ended.
 	Outcome scoring.Outcome
 }
@@ -64,7 +69,7 @@ func (r *Recorder) Done(d *scoring.Decision, o scoring.Outcome) {
 	if ok {
 		r.records = append(r.records, Record{
 			Seq: seq, Worker: d.Worker, Mode: d.Mode, PromptTokens: d.PromptTokens,
-			PredictedTTFT: d.Chosen.PredictedTTFT, PredictedCached: d.Chosen.CachedTokens, Outcome: o,
+			PredictedTTFT: d.Chosen.PredictedTTFT, PredictedCached: d.Chosen.CachedTokens, Chosen: d.Chosen, Candidates: d.Candidates, Outcome: o,
 		})
 	}
 	r.mu.Unlock()

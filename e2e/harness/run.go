@@ -35,6 +35,10 @@ type PolicyResult struct {
 	// It is the harness's fidelity: every step effectively lasted this much
 	// longer than the profile says.
 	StepLag time.Duration
+	// KVEvents is the number of KV-cache events warmpath's index applied
+	// (warmpath_kvindex_events_total); a run that completed requests with
+	// none is an error.
+	KVEvents float64
 }
 
 // Options tune RunPolicies.
@@ -103,6 +107,21 @@ func RunPolicy(ctx context.Context, setup Setup, policy Policy, rc replay.Config
 	if lag, err := st.StepLag(ctx); err == nil {
 		res.StepLag = time.Duration(float64(lag) * setup.TimeScale)
 	}
+	snapErr := st.Snapshot(ctx)
+	// Every scenario's requests store blocks; an index that saw no event
+	// routed on speculation alone and the run measures the wrong thing.
+	succeeded := 0
+	if rep != nil {
+		for _, r := range rep.Runs {
+			succeeded += r.Summary.Succeeded
+		}
+	}
+	var kvErr error
+	if events, err := st.KVEvents(ctx); err != nil {
+		kvErr = err
+	} else if res.KVEvents = events; events == 0 && succeeded > 0 {
+		kvErr = errors.New("warmpath applied no KV events: the simulators' events never reached its index")
+	}
 	if r := st.recorder(); r != nil {
 		res.Records = r.Records()
 	}
@@ -110,7 +129,7 @@ func RunPolicy(ctx context.Context, setup Setup, policy Policy, rc replay.Config
 	if rep != nil {
 		res.Report = ToSim(rep, setup.TimeScale)
 	}
-	if err := errors.Join(runErr, idleErr, closeErr); err != nil {
+	if err := errors.Join(runErr, idleErr, snapErr, kvErr, closeErr); err != nil {
 		return res, fmt.Errorf("%w (logs in %s)", err, logDir)
 	}
 	return res, nil

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -182,8 +184,34 @@ func writeReports(dir string, results []harness.PolicyResult) error {
 		if err != nil {
 			return err
 		}
+		if err := writeRecords(filepath.Join(dir, "decisions-"+r.Policy+".jsonl"), r.Records); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// writeRecords writes one JSON line per routed request: what the picker
+// predicted for the chosen worker (in wall time, as warmpath measured it)
+// next to what happened.
+func writeRecords(path string, rs []harness.Record) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write decisions: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for i := range rs {
+		if err := enc.Encode(&rs[i]); err != nil {
+			f.Close()
+			return fmt.Errorf("write decisions: %w", err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("write decisions: %w", err)
+	}
+	return f.Close()
 }
 
 // plots draws the comparison's plots into dir and links them from md.
