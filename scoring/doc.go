@@ -18,10 +18,10 @@
 // running decodes served first), the time to prefill its uncached tokens
 // and a fixed overhead, priced with a per-worker StepModel. Each completed
 // request's actual TTFT and cached_tokens calibrate that worker's model
-// online (robust recursive least squares with forgetting, from a configured
-// prior), so heterogeneous pools are learned without being described. The
-// cached-token prediction is checked against the engine's answer and a
-// persistent gap is reported.
+// online (a robust least-squares fit with forgetting, bounded below and
+// regularised towards a configured prior), so heterogeneous pools are
+// learned without being described. The cached-token prediction is checked
+// against the engine's answer and a persistent gap is reported.
 //
 // Load is reserved at decision time (so a concurrent burst sees it) and
 // released by Done. Callers that see the response stream should call
