@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -36,6 +37,11 @@ type tracing struct {
 	semconv telemetry.Semconv
 	// capture puts the request's messages or prompt on the GenAI span.
 	capture bool
+	// serverKind and clientKind are the span-kind start options, built once.
+	serverKind, clientKind trace.SpanStartOption
+	// traces recycles *requestTrace values, with their attribute buffers,
+	// from ended requests.
+	traces sync.Pool
 }
 
 // WithTracing records spans through p. With p nil or disabled the Server
@@ -51,20 +57,79 @@ func WithTracing(p *telemetry.Provider, capturePrompts bool) Option {
 		if !p.Enabled() {
 			return
 		}
-		s.tr = &tracing{tracer: p.Tracer(tracerName), prop: p.Propagator(), semconv: p.Semconv(), capture: capturePrompts}
+		s.tr = &tracing{tracer: p.Tracer(tracerName), prop: p.Propagator(), semconv: p.Semconv(), capture: capturePrompts,
+			serverKind: trace.WithSpanKind(trace.SpanKindServer), clientKind: trace.WithSpanKind(trace.SpanKindClient)}
+		s.tr.traces.New = func() any { return new(requestTrace) }
 	}
 }
 
+// Attribute counts, at most, of one request's spans; the buffers of a
+// requestTrace hold that many without growing.
+const (
+	// serverAttrCap: 4 at the request headers, 12 at the decision, 2 when
+	// rejected, 1 at the end.
+	serverAttrCap = 19
+	// clientAttrCap: 13 at the decision, 11 at the outcome.
+	clientAttrCap = 24
+)
+
 // requestTrace is the spans of one exchange: the SERVER span for the stream
 // and the GenAI CLIENT span for the upstream call, once a worker is chosen.
-// Methods on a nil *requestTrace do nothing.
+// Methods on a nil *requestTrace do nothing. After end it goes back to its
+// tracing's pool and must not be used.
+//
+// Each span's attributes are collected here and set in one SetAttributes
+// call when the span ends: the SDK then copies them once into a slice of the
+// right size, where options at Start and later calls would copy and grow
+// its list several times. The buffers and option slices live in the struct
+// so that a recycled requestTrace needs no allocation of its own.
 type requestTrace struct {
 	t      *tracing
 	server trace.Span
-	client trace.Span // nil until decided
-	// attrs collects the SERVER span's attributes, set in one call at its
-	// end (cheaper than growing the span's own list several times).
-	attrs []attribute.KeyValue
+	client trace.Span // nil until decided, and again once ended
+	// serverAttrs and clientAttrs collect the spans' attributes, backed by
+	// serverBuf and clientBuf.
+	serverAttrs, clientAttrs []attribute.KeyValue
+	serverBuf                [serverAttrCap]attribute.KeyValue
+	clientBuf                [clientAttrCap]attribute.KeyValue
+	// names, ttfts and cached are scratch for the per-candidate attributes,
+	// whose values copy them.
+	names  []string
+	ttfts  []float64
+	cached []int64
+	// startOpts, eventOpts and endOpts back the variadic options passed to
+	// the tracer and spans, which would otherwise be allocated per call.
+	startOpts [2]trace.SpanStartOption
+	eventOpts [1]trace.EventOption
+	endOpts   [1]trace.SpanEndOption
+}
+
+// release clears rt, keeping its scratch slices' storage, and puts it back
+// in the pool.
+func (t *tracing) release(rt *requestTrace) {
+	names, ttfts, cached := rt.names[:0], rt.ttfts[:0], rt.cached[:0]
+	clear(names[:cap(names)])
+	*rt = requestTrace{names: names, ttfts: ttfts, cached: cached}
+	t.traces.Put(rt)
+}
+
+// startOptions returns start options for a span of the given kind starting
+// at ts, backed by rt.startOpts.
+func (rt *requestTrace) startOptions(kind trace.SpanStartOption, ts time.Time) []trace.SpanStartOption {
+	rt.startOpts = [2]trace.SpanStartOption{kind, trace.WithTimestamp(ts)}
+	return rt.startOpts[:]
+}
+
+// at returns the event option for ts, backed by rt.eventOpts.
+func (rt *requestTrace) at(ts time.Time) []trace.EventOption {
+	rt.eventOpts[0] = trace.WithTimestamp(ts)
+	return rt.eventOpts[:]
+}
+
+// endAt returns the end option for ts, backed by rt.endOpts.
+func (rt *requestTrace) endAt(ts time.Time) []trace.SpanEndOption {
+	rt.endOpts[0] = trace.WithTimestamp(ts)
+	return rt.endOpts[:]
 }
 
 // headerCarrier reads trace-context headers from Envoy's request headers.
@@ -120,10 +185,21 @@ func (c mutationCarrier) Set(k, v string) {
 	c.hm.SetHeaders = append(c.hm.SetHeaders, setHeader(k, v))
 }
 
+// has reports whether the headers carry key with a non-empty value, without
+// copying the value.
+func (c headerCarrier) has(key string) bool {
+	for _, h := range c {
+		if h.GetKey() == key {
+			return len(h.GetRawValue()) > 0 || h.GetValue() != ""
+		}
+	}
+	return false
+}
+
 // parent chooses the span parent: the client's traceparent header when it
 // carries a valid context, else the context Envoy put in the gRPC metadata.
 func (t *tracing) parent(ctx context.Context, hs []*corev3.HeaderValue) context.Context {
-	if hc := headerCarrier(hs); hc.Get("traceparent") != "" {
+	if hc := headerCarrier(hs); hc.has("traceparent") {
 		if p := t.prop.Extract(context.Background(), hc); trace.SpanContextFromContext(p).IsValid() {
 			return p
 		}
@@ -139,15 +215,14 @@ func (t *tracing) start(ctx context.Context, hs []*corev3.HeaderValue, r *scorin
 	if t == nil {
 		return nil
 	}
-	_, span := t.tracer.Start(t.parent(ctx, hs), serverSpanName,
-		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(r.Arrived))
-	rt := &requestTrace{t: t, server: span}
-	if span.IsRecording() {
-		rt.attrs = make([]attribute.KeyValue, 0, 24)
-		rt.attrs = append(rt.attrs, telemetry.GenAIRequestID.String(r.ID), telemetry.URLPath.String(r.Path),
+	rt := t.traces.Get().(*requestTrace)
+	rt.t = t
+	_, rt.server = t.tracer.Start(t.parent(ctx, hs), serverSpanName, rt.startOptions(t.serverKind, r.Arrived)...)
+	if rt.server.IsRecording() {
+		rt.serverAttrs = append(rt.serverBuf[:0], telemetry.GenAIRequestID.String(r.ID), telemetry.URLPath.String(r.Path),
 			attribute.String("http.request.method", method))
 		if r.Tenant != "" {
-			rt.attrs = append(rt.attrs, telemetry.Tenant.String(r.Tenant))
+			rt.serverAttrs = append(rt.serverAttrs, telemetry.Tenant.String(r.Tenant))
 		}
 	}
 	return rt
@@ -157,13 +232,14 @@ func seconds(d time.Duration) float64 { return d.Seconds() }
 
 // decided records the decision on the SERVER span, opens the GenAI CLIENT
 // span for the upstream call and injects its context into hm, so the
-// worker's own spans nest under it.
+// worker's own spans nest under it. The CLIENT span's attributes are set
+// when it ends (the samplers warmpath configures do not read attributes).
 func (rt *requestTrace) decided(r *scoring.Request, d *scoring.Decision, hm *extprocv3.HeaderMutation, now time.Time) {
 	if rt == nil {
 		return
 	}
 	if rt.server.IsRecording() {
-		attrs := append(rt.attrs,
+		attrs := append(rt.serverAttrs,
 			telemetry.Policy.String(d.Policy),
 			telemetry.Mode.String(string(d.Mode)),
 			telemetry.TokenizePath.String(d.TokenizePath),
@@ -181,48 +257,53 @@ func (rt *requestTrace) decided(r *scoring.Request, d *scoring.Decision, hm *ext
 			attrs = append(attrs, telemetry.GenAIRequestModel.String(r.Model))
 		}
 		if n := min(len(d.Candidates), maxCandidateAttrs); n > 0 {
-			names, ttfts, cached := make([]string, n), make([]float64, n), make([]int64, n)
-			for i, c := range d.Candidates[:n] {
-				names[i], ttfts[i], cached[i] = c.Worker, seconds(c.PredictedTTFT), int64(c.CachedTokens)
+			names, ttfts, cached := rt.names[:0], rt.ttfts[:0], rt.cached[:0]
+			for _, c := range d.Candidates[:n] {
+				names = append(names, c.Worker)
+				ttfts = append(ttfts, seconds(c.PredictedTTFT))
+				cached = append(cached, int64(c.CachedTokens))
 			}
+			// The slice attributes copy their elements; the scratch is reusable.
 			attrs = append(attrs, telemetry.CandidateWorkers.StringSlice(names),
 				telemetry.CandidatePredictedTTFTs.Float64Slice(ttfts), telemetry.CandidateCachedTokens.Int64Slice(cached))
+			rt.names, rt.ttfts, rt.cached = names, ttfts, cached
 		}
-		rt.attrs = attrs
+		rt.serverAttrs = attrs
 	}
 	ctx := trace.ContextWithSpan(context.Background(), rt.server)
 	op, provider, ok := telemetry.Operation(string(r.API))
 	if ok {
-		attrs := make([]attribute.KeyValue, 0, 14)
-		attrs = append(attrs,
-			telemetry.GenAIOperationName.String(op),
-			telemetry.GenAIProviderName.String(provider),
-			telemetry.GenAIRequestModel.String(r.Model),
-			telemetry.Worker.String(d.Worker),
-			telemetry.PredictedCachedTokens.Int(d.Chosen.CachedTokens),
-			telemetry.PredictedQueueWait.Float64(seconds(d.Chosen.QueueWait)),
-			telemetry.PredictedPrefill.Float64(seconds(d.Chosen.Prefill)),
-			telemetry.PredictedTTFT.Float64(seconds(d.Chosen.PredictedTTFT)),
-		)
-		if host, port, err := net.SplitHostPort(d.Address); err == nil {
-			attrs = append(attrs, telemetry.ServerAddress.String(host))
-			if p, err := strconv.Atoi(port); err == nil {
-				attrs = append(attrs, telemetry.ServerPort.Int(p))
+		ctx, rt.client = rt.t.tracer.Start(ctx, op+" "+r.Model, rt.startOptions(rt.t.clientKind, now)...)
+		if rt.client.IsRecording() {
+			attrs := append(rt.clientBuf[:0],
+				telemetry.GenAIOperationName.String(op),
+				telemetry.GenAIProviderName.String(provider),
+				telemetry.GenAIRequestModel.String(r.Model),
+				telemetry.Worker.String(d.Worker),
+				telemetry.PredictedCachedTokens.Int(d.Chosen.CachedTokens),
+				telemetry.PredictedQueueWait.Float64(seconds(d.Chosen.QueueWait)),
+				telemetry.PredictedPrefill.Float64(seconds(d.Chosen.Prefill)),
+				telemetry.PredictedTTFT.Float64(seconds(d.Chosen.PredictedTTFT)),
+			)
+			if host, port, err := net.SplitHostPort(d.Address); err == nil {
+				attrs = append(attrs, telemetry.ServerAddress.String(host))
+				if p, err := strconv.Atoi(port); err == nil {
+					attrs = append(attrs, telemetry.ServerPort.Int(p))
+				}
 			}
-		}
-		if r.MaxTokens > 0 {
-			attrs = append(attrs, telemetry.GenAIRequestMaxTokens.Int(r.MaxTokens))
-		}
-		if r.Stream {
-			attrs = append(attrs, telemetry.GenAIRequestStream.Bool(true))
-		}
-		if rt.t.capture {
-			if msgs := promptOf(r.Body); msgs != "" {
-				attrs = append(attrs, telemetry.GenAIInputMessages.String(msgs))
+			if r.MaxTokens > 0 {
+				attrs = append(attrs, telemetry.GenAIRequestMaxTokens.Int(r.MaxTokens))
 			}
+			if r.Stream {
+				attrs = append(attrs, telemetry.GenAIRequestStream.Bool(true))
+			}
+			if rt.t.capture {
+				if msgs := promptOf(r.Body); msgs != "" {
+					attrs = append(attrs, telemetry.GenAIInputMessages.String(msgs))
+				}
+			}
+			rt.clientAttrs = attrs
 		}
-		ctx, rt.client = rt.t.tracer.Start(ctx, op+" "+r.Model,
-			trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(now), trace.WithAttributes(attrs...))
 	}
 	rt.t.prop.Inject(ctx, mutationCarrier{hm})
 }
@@ -232,7 +313,7 @@ func (rt *requestTrace) rejected(rej *rejection) {
 	if rt == nil {
 		return
 	}
-	rt.attrs = append(rt.attrs, telemetry.RejectReason.String(rej.reason), telemetry.ErrorType.String(strconv.Itoa(rej.status)))
+	rt.serverAttrs = append(rt.serverAttrs, telemetry.RejectReason.String(rej.reason), telemetry.ErrorType.String(strconv.Itoa(rej.status)))
 	rt.server.SetStatus(codes.Error, rej.reason)
 }
 
@@ -245,8 +326,7 @@ func (rt *requestTrace) ended(d *scoring.Decision, o scoring.Outcome, w *watcher
 	span := rt.client
 	rt.client = nil
 	if span.IsRecording() {
-		attrs := make([]attribute.KeyValue, 0, 12)
-		attrs = append(attrs, telemetry.Completion.String(string(o.End)))
+		attrs := append(rt.clientAttrs, telemetry.Completion.String(string(o.End)))
 		if o.HTTPStatus != 0 {
 			attrs = append(attrs, telemetry.HTTPResponseStatusCode.Int(o.HTTPStatus))
 		}
@@ -277,14 +357,15 @@ func (rt *requestTrace) ended(d *scoring.Decision, o scoring.Outcome, w *watcher
 			span.SetStatus(codes.Error, et)
 		}
 		span.SetAttributes(attrs...)
+		rt.clientAttrs = nil
 		if w != nil && !w.firstToken.IsZero() {
-			span.AddEvent(telemetry.EventFirstToken, trace.WithTimestamp(w.firstToken))
+			span.AddEvent(telemetry.EventFirstToken, rt.at(w.firstToken)...)
 		}
 		if w != nil && !w.lastToken.IsZero() {
-			span.AddEvent(telemetry.EventLastToken, trace.WithTimestamp(w.lastToken))
+			span.AddEvent(telemetry.EventLastToken, rt.at(w.lastToken)...)
 		}
 	}
-	span.End(trace.WithTimestamp(now))
+	span.End(rt.endAt(now)...)
 }
 
 // errorType is the low-cardinality error.type of an outcome, "" when it
@@ -313,28 +394,32 @@ func (rt *requestTrace) fail(err error) {
 }
 
 // end closes the SERVER span when the stream ends; code is the final HTTP
-// status ("0" when no response was seen).
+// status ("0" when no response was seen). It releases rt.
 func (rt *requestTrace) end(code string, now time.Time) {
 	if rt == nil {
 		return
 	}
 	if rt.client != nil { // the stream ended without an outcome
 		rt.client.SetStatus(codes.Error, "aborted")
-		rt.client.End(trace.WithTimestamp(now))
+		if rt.client.IsRecording() {
+			rt.client.SetAttributes(rt.clientAttrs...)
+		}
+		rt.client.End(rt.endAt(now)...)
 	}
 	if n, err := strconv.Atoi(code); err == nil && n > 0 {
-		rt.attrs = append(rt.attrs, telemetry.HTTPResponseStatusCode.Int(n))
+		rt.serverAttrs = append(rt.serverAttrs, telemetry.HTTPResponseStatusCode.Int(n))
 		if n >= 500 {
 			rt.server.SetStatus(codes.Error, code)
 		}
 	} else {
-		rt.attrs = append(rt.attrs, telemetry.ErrorType.String("aborted"))
+		rt.serverAttrs = append(rt.serverAttrs, telemetry.ErrorType.String("aborted"))
 		rt.server.SetStatus(codes.Error, "no response")
 	}
 	if rt.server.IsRecording() {
-		rt.server.SetAttributes(rt.attrs...)
+		rt.server.SetAttributes(rt.serverAttrs...)
 	}
-	rt.server.End(trace.WithTimestamp(now))
+	rt.server.End(rt.endAt(now)...)
+	rt.t.release(rt)
 }
 
 // promptOf returns the raw messages (or prompt) JSON of a request body, ""
@@ -379,4 +464,5 @@ func (ex *exchange) observeFinal(code, model string) {
 	ex.s.om.request(r)
 	ex.s.om.cachedUsage(r, cached)
 	ex.trace.end(code, now)
+	ex.trace = nil // released by end
 }

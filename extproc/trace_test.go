@@ -112,6 +112,24 @@ func (tr *traced) spansEnded(t *testing.T, n int) map[string]sdktrace.ReadOnlySp
 	return out
 }
 
+// streamResponse plays the streamed chat response of openAIStream on e,
+// after the routing reply, and closes the stream once the assignment ended.
+func (tr *traced) streamResponse(t *testing.T, e *envoy) {
+	t.Helper()
+	e.responseHeaders("200", "text/event-stream", false)
+	e.recv()
+	chunks := strings.SplitAfter(openAIStream, "\n\n")
+	for i, c := range chunks {
+		e.responseBody(c, i == len(chunks)-1)
+		e.recv()
+	}
+	tr.picker.wait(t)
+	if err := e.stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	e.recvErr()
+}
+
 func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 	m := map[attribute.Key]attribute.Value{}
 	for _, kv := range s.Attributes() {
@@ -173,18 +191,7 @@ func TestSpansForStreamedChat(t *testing.T) {
 	e.requestHeaders("POST", "/v1/chat/completions", false, "x-request-id", "req-7", "traceparent", clientTraceparent, "tracestate", "vendor=x")
 	e.requestBody(chatBody, true)
 	hs := routeHeaders(t, e)
-	e.responseHeaders("200", "text/event-stream", false)
-	e.recv()
-	chunks := strings.SplitAfter(openAIStream, "\n\n")
-	for i, c := range chunks {
-		e.responseBody(c, i == len(chunks)-1)
-		e.recv()
-	}
-	tr.picker.wait(t)
-	if err := e.stream.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	e.recvErr()
+	tr.streamResponse(t, e)
 	spans := tr.spansEnded(t, 2)
 	server, client := spans["warmpath.request"], spans["chat qwen3"]
 	if server == nil || client == nil {
@@ -389,6 +396,40 @@ func TestRejectedRequestSpan(t *testing.T) {
 	if s.Status().Code != codes.Error || len(spans) != 1 {
 		t.Fatalf("status %v, spans %v", s.Status(), spans)
 	}
+}
+
+// TestRecycledTraceStartsClean checks that a request's spans carry nothing
+// of an earlier request on the same server (span state is recycled).
+func TestRecycledTraceStartsClean(t *testing.T) {
+	t.Parallel()
+	tr := newTraced(t, newDecisionPicker(scoring.ModeExact, "local"), telemetry.Semconv{})
+	e := tr.open(t)
+	e.requestHeaders("POST", "/v1/chat/completions", false, "x-request-id", "first")
+	e.requestBody(chatBody, true)
+	routeHeaders(t, e)
+	tr.streamResponse(t, e)
+	// The attribute buffers are sized for the richest request.
+	first := tr.spansEnded(t, 2)
+	if n, m := len(first["warmpath.request"].Attributes()), len(first["chat qwen3"].Attributes()); n > serverAttrCap || m > clientAttrCap {
+		t.Fatalf("%d SERVER and %d CLIENT attributes, buffers hold %d and %d", n, m, serverAttrCap, clientAttrCap)
+	}
+
+	e = tr.open(t)
+	e.requestHeaders("POST", "/v1/chat/completions", false, "x-request-id", "second")
+	e.requestBody(`{"model":"nope","messages":[]}`, true)
+	if e.recv().GetImmediateResponse() == nil {
+		t.Fatal("want an immediate response")
+	}
+	e.cancel()
+	ended := tr.spansEnded(t, 3)
+	if len(ended) != 2 {
+		t.Fatalf("spans %v", ended)
+	}
+	s := tr.rec.Ended()[2]
+	checkAttrs(t, s, map[attribute.Key]string{
+		"gen_ai.request.id": "second", "warmpath.reject_reason": "unknown_model",
+		"warmpath.worker": "<absent>", "warmpath.candidates.workers": "<absent>", "warmpath.policy": "<absent>",
+	})
 }
 
 func TestPromptCaptureIsOptIn(t *testing.T) {
