@@ -11,6 +11,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -87,6 +88,9 @@ type requestTrace struct {
 	t      *tracing
 	server trace.Span
 	client trace.Span // nil until decided, and again once ended
+	// bag is the baggage that came with the parent context; it goes
+	// upstream with the CLIENT span's context.
+	bag baggage.Baggage
 	// serverAttrs and clientAttrs collect the spans' attributes, backed by
 	// serverBuf and clientBuf.
 	serverAttrs, clientAttrs []attribute.KeyValue
@@ -217,7 +221,9 @@ func (t *tracing) start(ctx context.Context, hs []*corev3.HeaderValue, r *scorin
 	}
 	rt := t.traces.Get().(*requestTrace)
 	rt.t = t
-	_, rt.server = t.tracer.Start(t.parent(ctx, hs), serverSpanName, rt.startOptions(t.serverKind, r.Arrived)...)
+	parent := t.parent(ctx, hs)
+	rt.bag = baggage.FromContext(parent)
+	_, rt.server = t.tracer.Start(parent, serverSpanName, rt.startOptions(t.serverKind, r.Arrived)...)
 	if rt.server.IsRecording() {
 		rt.serverAttrs = append(rt.serverBuf[:0], telemetry.GenAIRequestID.String(r.ID), telemetry.URLPath.String(r.Path),
 			attribute.String("http.request.method", method))
@@ -271,6 +277,9 @@ func (rt *requestTrace) decided(r *scoring.Request, d *scoring.Decision, hm *ext
 		rt.serverAttrs = attrs
 	}
 	ctx := trace.ContextWithSpan(context.Background(), rt.server)
+	if rt.bag.Len() > 0 {
+		ctx = baggage.ContextWithBaggage(ctx, rt.bag)
+	}
 	op, provider, ok := telemetry.Operation(string(r.API))
 	if ok {
 		ctx, rt.client = rt.t.tracer.Start(ctx, op+" "+r.Model, rt.startOptions(rt.t.clientKind, now)...)

@@ -188,12 +188,16 @@ func TestSpansForStreamedChat(t *testing.T) {
 	t.Parallel()
 	tr := newTraced(t, newDecisionPicker(scoring.ModeExact, "local"), telemetry.Semconv{})
 	e := tr.open(t)
-	e.requestHeaders("POST", "/v1/chat/completions", false, "x-request-id", "req-7", "traceparent", clientTraceparent, "tracestate", "vendor=x")
+	e.requestHeaders("POST", "/v1/chat/completions", false, "x-request-id", "req-7", "traceparent", clientTraceparent, "tracestate", "vendor=x",
+		"baggage", "tenant.tier=gold")
 	e.requestBody(chatBody, true)
 	hs := routeHeaders(t, e)
 	tr.streamResponse(t, e)
 	spans := tr.spansEnded(t, 2)
 	server, client := spans["warmpath.request"], spans["chat qwen3"]
+	if got := hs["baggage"]; len(got) != 1 || got[0] != "tenant.tier=gold" {
+		t.Errorf("injected baggage %v, want the client's", got)
+	}
 	if server == nil || client == nil {
 		t.Fatalf("spans: %v", spans)
 	}
