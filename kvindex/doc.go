@@ -9,8 +9,10 @@
 // # Keys
 //
 // warmpath does not reproduce vLLM's block hash. On BlockStored it chains
-// its own 64-bit key (xxh3) over the event's token ids, one block at a
-// time, rooted in (model, LoRA name, cache salt): the model is warmpath's
+// its own 64-bit key over the event's token ids, one block at a time (a
+// multiply-fold hash of the block's tokens mixed into its parent's key, so
+// that the blocks of a prompt hash in parallel and only the mixing is
+// serial), rooted in (model, LoRA name, cache salt): the model is warmpath's
 // served model name for the worker (by default the first of
 // discovery.Worker.Models, see [WithModelOf]), the LoRA name comes from the
 // event, and the salt from block 0's extra keys. Other extra keys

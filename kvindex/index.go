@@ -287,16 +287,21 @@ func (ix *Index) applyLocked(s *slot, ev *Event) {
 		// Chain all keys first, then insert tail first so the chain's root
 		// ends up most recently used and tails are evicted before roots.
 		var stack [64]uint64
-		keys := stack[:0]
+		keys := stack[:]
 		if n > len(stack) {
-			keys = make([]uint64, 0, n)
+			keys = make([]uint64, n)
 		}
-		for i := range n {
-			key = blockKey(key, ev.TokenIDs[i*ev.BlockSize:(i+1)*ev.BlockSize])
-			if ev.ExtraKeys != nil && ev.ExtraKeys[i] != nil {
-				key = foldExtra(key, ev.ExtraKeys[i], ev, i == 0 && !ev.HasParent)
+		keys = keys[:n]
+		if ev.ExtraKeys == nil {
+			chainKeys(key, ev.TokenIDs, ev.BlockSize, keys)
+		} else {
+			for i := range n {
+				key = blockKey(key, ev.TokenIDs[i*ev.BlockSize:(i+1)*ev.BlockSize])
+				if ev.ExtraKeys[i] != nil {
+					key = foldExtra(key, ev.ExtraKeys[i], ev, i == 0 && !ev.HasParent)
+				}
+				keys[i] = key
 			}
-			keys = append(keys, key)
 		}
 		for i := n - 1; i >= 0; i-- {
 			ix.storeLocked(s, ev.BlockHashes[i], keys[i], gpu)
@@ -690,11 +695,7 @@ walk:
 	for base := 0; base < limit; {
 		c := min(chunk, limit-base, len(keyBuf))
 		chunk *= 2
-		for j := range c {
-			at := (base + j) * blockSize
-			h = blockKey(h, tokens[at:at+blockSize])
-			keyBuf[j] = h
-		}
+		h = chainKeys(h, tokens[base*blockSize:], blockSize, keyBuf[:c])
 		// A chain stored in one event takes consecutive nodes, tail first,
 		// so a block's successor is usually the node just below it: try it
 		// before the table.
