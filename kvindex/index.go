@@ -75,9 +75,9 @@ func WithClock(now func() time.Time) Option {
 type Index struct {
 	mu sync.RWMutex
 
-	keys    table    // block key → node index
-	pages   [][]node // see nodes.go
-	nnodes  uint32   // node indices handed out so far, 0 included
+	keys    table             // block key → node index
+	pages   []*[pageSize]node // see nodes.go
+	nnodes  uint32            // node indices handed out so far, 0 included
 	free    []uint32
 	exts    []nodeExt // holders of shared nodes
 	freeExt []uint32
@@ -665,117 +665,28 @@ func (ix *Index) Lookup(key ChainKey, tokens []uint32, blockSize int) []Match {
 	limit := (len(tokens) - 1) / blockSize
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	words := (ix.maxSlots + 63) / 64
 	// Per slot: blocks held in any medium, and on GPU, as the walk drops it.
-	var stackDepth [2 * 128]int32
-	var stackAlive [2 * 2]uint64
-	depth := stackDepth[:]
+	var depthStack [2 * 128]int32
+	depth := depthStack[:]
 	if 2*ix.maxSlots > len(depth) {
 		depth = make([]int32, 2*ix.maxSlots)
 	}
-	alive := stackAlive[:]
-	if 2*words > len(alive) {
-		alive = make([]uint64, 2*words)
-	}
-	depthAny, depthGPU := depth[:ix.maxSlots], depth[ix.maxSlots:2*ix.maxSlots]
-	anyAlive, gpuAlive := alive[:words], alive[words:2*words]
-	now := ix.now().UnixNano()
+	// The nodes of the prompt's blocks, as far as they are found.
 	var pathStack [512]uint32
-	path := pathStack[:0]
-	// Keys are computed a chunk at a time and probed together, so the
-	// CPU overlaps the probes' cache misses; chunks double from 16 blocks
-	// so that an early miss wastes little hashing.
-	var keyBuf [256]uint64
-	var niBuf [256]uint32
-	h := key.root()
-	matched := 0
-	chunk := 16
-	var prev uint32 // the node of the previous block
-walk:
-	for base := 0; base < limit; {
-		c := min(chunk, limit-base, len(keyBuf))
-		chunk *= 2
-		h = chainKeys(h, tokens[base*blockSize:], blockSize, keyBuf[:c])
-		// A chain stored in one event takes consecutive nodes, tail first,
-		// so a block's successor is usually the node just below it: try it
-		// before the table.
-		for j := range c {
-			k := keyBuf[j]
-			if guess := prev - 1; prev > 1 && ix.node(guess).key == k && ix.node(guess).b != 0 {
-				prev = guess
-			} else {
-				prev = ix.nodeOf(k)
-			}
-			niBuf[j] = prev
-		}
-		for j, ni := range niBuf[:c] {
-			if ni == 0 {
-				break walk
-			}
-			i := base + j
-			n := ix.node(ni)
-			if words == 1 && n.b&(modeShared|sharedRare) == modeShared {
-				// The common case, written in: streams 0–63, GPU only.
-				a, g := n.a, n.a
-				if i > 0 {
-					for d := anyAlive[0] &^ a; d != 0; d &= d - 1 {
-						depthAny[bits.TrailingZeros64(d)] = int32(i)
-					}
-					for d := gpuAlive[0] &^ g; d != 0; d &= d - 1 {
-						depthGPU[bits.TrailingZeros64(d)] = int32(i)
-					}
-					a &= anyAlive[0]
-					g &= gpuAlive[0]
-				}
-				anyAlive[0], gpuAlive[0] = a, g
-				if a == 0 {
-					break walk
-				}
-				path = append(path, ni)
-				matched = i + 1
-				continue
-			}
-			specOK := ix.specLive(n, now)
-			live := false
-			for w := range words {
-				g, o, sp := ix.words(n, w)
-				if specOK {
-					g |= sp
-				}
-				a := g | o
-				if i > 0 {
-					for d := anyAlive[w] &^ a; d != 0; d &= d - 1 {
-						depthAny[w*64+bits.TrailingZeros64(d)] = int32(i)
-					}
-					for d := gpuAlive[w] &^ g; d != 0; d &= d - 1 {
-						depthGPU[w*64+bits.TrailingZeros64(d)] = int32(i)
-					}
-					a &= anyAlive[w]
-					g &= gpuAlive[w]
-				}
-				anyAlive[w], gpuAlive[w] = a, g
-				live = live || a != 0
-			}
-			if !live {
-				break walk
-			}
-			path = append(path, ni)
-			matched = i + 1
-		}
-		base += c
+	path := pathStack[:]
+	if limit > len(path) {
+		path = make([]uint32, limit)
 	}
-	for w := range words {
-		if matched == 0 {
-			break
-		}
-		for a := anyAlive[w]; a != 0; a &= a - 1 {
-			depthAny[w*64+bits.TrailingZeros64(a)] = int32(matched)
-		}
-		for g := gpuAlive[w]; g != 0; g &= g - 1 {
-			depthGPU[w*64+bits.TrailingZeros64(g)] = int32(matched)
-		}
+	w := chainWalk{ix: ix, tokens: tokens, blockSize: blockSize, path: path[:limit],
+		h: key.root(), chunk: 16, now: ix.now().UnixNano()}
+	depthAny, depthGPU := depth[:ix.maxSlots], depth[ix.maxSlots:2*ix.maxSlots]
+	var matched int
+	if ix.maxSlots <= 64 {
+		matched = w.walk1(depthAny, depthGPU)
+	} else {
+		matched = w.walkN(depthAny, depthGPU)
 	}
-	ix.logTouches(path)
+	ix.logTouches(path[:matched])
 	out := make([]Match, 0, min(ix.maxSlots, 64))
 	var byWorker map[string]int // only with data-parallel ranks
 	if ix.ranked > 0 {
@@ -801,6 +712,135 @@ walk:
 	}
 	ix.m.lookup.Observe(time.Since(start).Seconds())
 	return out
+}
+
+// chainWalk is the state of one lookup's walk down a prompt's chain of
+// blocks. It hashes and finds the blocks a chunk at a time, so that the
+// CPU overlaps the hashing and the probes' cache misses; chunks double
+// from 16 blocks so that an early miss wastes little.
+type chainWalk struct {
+	ix        *Index
+	tokens    []uint32
+	blockSize int
+	path      []uint32 // one node per block up to the cap; filled as found
+	h         uint64   // key of the last block hashed
+	prev      uint32   // node of the last block found
+	found     int      // blocks found so far
+	ended     bool     // a block was not found
+	chunk     int
+	now       int64 // unix nanos, for speculative entries
+	keys      [64]uint64
+}
+
+// next finds the nodes of the next chunk of blocks into w.path and
+// returns the range of blocks it found; from == to when the chain ends.
+func (w *chainWalk) next() (from, to int) {
+	from = w.found
+	if w.ended {
+		return from, from
+	}
+	c := min(w.chunk, len(w.path)-from, len(w.keys))
+	w.chunk *= 2
+	keys := w.keys[:c]
+	w.h = chainKeys(w.h, w.tokens[from*w.blockSize:], w.blockSize, keys)
+	ix, prev := w.ix, w.prev
+	path := w.path[from : from+c]
+	for j, k := range keys {
+		// A chain stored in one event takes consecutive nodes, tail
+		// first, so a block's successor is usually the node just below
+		// it: try it before the table.
+		if prev > 1 && ix.node(prev-1).key == k && ix.node(prev-1).b != 0 {
+			prev--
+		} else if prev = ix.nodeOf(k); prev == 0 {
+			w.found, w.ended = from+j, true
+			return from, w.found
+		}
+		path[j] = prev
+	}
+	w.prev = prev
+	w.found = from + c
+	return from, w.found
+}
+
+// walk1 walks the chain for an index of at most 64 slots, recording per
+// slot the blocks it holds in any medium and on GPU, and returns the
+// number of leading blocks some slot holds.
+func (w *chainWalk) walk1(depthAny, depthGPU []int32) int {
+	ix := w.ix
+	// Slots still holding every block so far, all slots to begin with.
+	anyW := ^uint64(0) >> (64 - len(depthAny))
+	gpuW := anyW
+	for anyW != 0 {
+		from, to := w.next()
+		if from == to {
+			break
+		}
+		for i, ni := range w.path[from:to] {
+			n := ix.node(ni)
+			g, a := n.a, n.a // the common case: shared, GPU only
+			if n.b&(modeShared|sharedRare) != modeShared {
+				g, a = ix.holders(n, 0, w.now)
+			}
+			setDepth(depthAny, 0, anyW&^a, from+i)
+			setDepth(depthGPU, 0, gpuW&^g, from+i)
+			anyW &= a
+			gpuW &= g
+			if anyW == 0 {
+				return from + i
+			}
+		}
+	}
+	matched := w.found
+	setDepth(depthAny, 0, anyW, matched)
+	setDepth(depthGPU, 0, gpuW, matched)
+	return matched
+}
+
+// walkN is walk1 for any number of slots.
+func (w *chainWalk) walkN(depthAny, depthGPU []int32) int {
+	ix := w.ix
+	words := (len(depthAny) + 63) / 64
+	alive := make([]uint64, 2*words)
+	anyAlive, gpuAlive := alive[:words], alive[words:]
+	for i := range alive {
+		alive[i] = ^uint64(0)
+	}
+	anyAlive[words-1] = ^uint64(0) >> (64*words - len(depthAny))
+	gpuAlive[words-1] = anyAlive[words-1]
+	for {
+		from, to := w.next()
+		if from == to {
+			break
+		}
+		for i, ni := range w.path[from:to] {
+			n := ix.node(ni)
+			live := false
+			for k := range words {
+				g, a := ix.holders(n, k, w.now)
+				setDepth(depthAny, k, anyAlive[k]&^a, from+i)
+				setDepth(depthGPU, k, gpuAlive[k]&^g, from+i)
+				anyAlive[k] &= a
+				gpuAlive[k] &= g
+				live = live || anyAlive[k] != 0
+			}
+			if !live {
+				return from + i
+			}
+		}
+	}
+	matched := w.found
+	for k := range words {
+		setDepth(depthAny, k, anyAlive[k], matched)
+		setDepth(depthGPU, k, gpuAlive[k], matched)
+	}
+	return matched
+}
+
+// setDepth records depth d for the slots of word k whose bits are set.
+func setDepth(depth []int32, k int, set uint64, d int) {
+	for ; set != 0; set &= set - 1 {
+		depth[k*64+bits.TrailingZeros64(set)] = int32(d)
+	}
 }
 
 func (ix *Index) gaugesLocked() {

@@ -46,14 +46,14 @@ func chainKeys(parent uint64, tokens []uint32, blockSize int, out []uint64) uint
 	h := parent
 	if blockSize == 16 {
 		// vLLM's default block size, with blockHash written in.
-		tokens = tokens[:16*len(out)]
 		for j := range out {
-			t := (*[16]uint32)(tokens[16*j:])
-			c := mum(k0^pair(t[0], t[1]), k4^pair(t[2], t[3])) ^
-				mum(k1^pair(t[4], t[5]), k4^pair(t[6], t[7])) ^
-				mum(k2^pair(t[8], t[9]), k4^pair(t[10], t[11])) ^
-				mum(k3^pair(t[12], t[13]), k4^pair(t[14], t[15])) ^ 16
-			h = chainKey(h, c)
+			t := (*[16]uint32)(tokens)
+			tokens = tokens[16:]
+			c := mum(k0^pair(t[0], t[1]), k4^pair(t[2], t[3]))
+			c ^= mum(k1^pair(t[4], t[5]), k4^pair(t[6], t[7]))
+			c ^= mum(k2^pair(t[8], t[9]), k4^pair(t[10], t[11]))
+			c ^= mum(k3^pair(t[12], t[13]), k4^pair(t[14], t[15]))
+			h = chainKey(h, c^16)
 			out[j] = h
 		}
 		return h
