@@ -680,12 +680,7 @@ func (ix *Index) Lookup(key ChainKey, tokens []uint32, blockSize int) []Match {
 	w := chainWalk{ix: ix, tokens: tokens, blockSize: blockSize, path: path[:limit],
 		h: key.root(), chunk: 16, now: ix.now().UnixNano()}
 	depthAny, depthGPU := depth[:ix.maxSlots], depth[ix.maxSlots:2*ix.maxSlots]
-	var matched int
-	if ix.maxSlots <= 64 {
-		matched = w.walk1(depthAny, depthGPU)
-	} else {
-		matched = w.walkN(depthAny, depthGPU)
-	}
+	matched := w.walk(depthAny, depthGPU)
 	ix.logTouches(path[:matched])
 	out := make([]Match, 0, min(ix.maxSlots, 64))
 	var byWorker map[string]int // only with data-parallel ranks
@@ -715,125 +710,118 @@ func (ix *Index) Lookup(key ChainKey, tokens []uint32, blockSize int) []Match {
 }
 
 // chainWalk is the state of one lookup's walk down a prompt's chain of
-// blocks. It hashes and finds the blocks a chunk at a time, so that the
-// CPU overlaps the hashing and the probes' cache misses; chunks double
-// from 16 blocks so that an early miss wastes little.
+// blocks. It hashes the blocks a chunk at a time, which lets the CPU
+// overlap their hashes; chunks double from 16 blocks so that an early miss
+// wastes little.
 type chainWalk struct {
 	ix        *Index
 	tokens    []uint32
 	blockSize int
 	path      []uint32 // one node per block up to the cap; filled as found
 	h         uint64   // key of the last block hashed
-	prev      uint32   // node of the last block found
-	found     int      // blocks found so far
-	ended     bool     // a block was not found
+	hashed    int      // blocks hashed so far
 	chunk     int
 	now       int64 // unix nanos, for speculative entries
 	keys      [64]uint64
 }
 
-// next finds the nodes of the next chunk of blocks into w.path and
-// returns the range of blocks it found; from == to when the chain ends.
-func (w *chainWalk) next() (from, to int) {
-	from = w.found
-	if w.ended {
-		return from, from
-	}
-	c := min(w.chunk, len(w.path)-from, len(w.keys))
+// hash returns the keys of the next chunk of blocks, none past the cap.
+func (w *chainWalk) hash() []uint64 {
+	c := min(w.chunk, len(w.path)-w.hashed, len(w.keys))
 	w.chunk *= 2
 	keys := w.keys[:c]
-	w.h = chainKeys(w.h, w.tokens[from*w.blockSize:], w.blockSize, keys)
-	ix, prev := w.ix, w.prev
-	path := w.path[from : from+c]
-	for j, k := range keys {
-		// A chain stored in one event takes consecutive nodes, tail
-		// first, so a block's successor is usually the node just below
-		// it: try it before the table.
-		if prev > 1 && ix.node(prev-1).key == k && ix.node(prev-1).b != 0 {
-			prev--
-		} else if prev = ix.nodeOf(k); prev == 0 {
-			w.found, w.ended = from+j, true
-			return from, w.found
-		}
-		path[j] = prev
-	}
-	w.prev = prev
-	w.found = from + c
-	return from, w.found
+	w.h = chainKeys(w.h, w.tokens[w.hashed*w.blockSize:], w.blockSize, keys)
+	w.hashed += c
+	return keys
 }
 
-// walk1 walks the chain for an index of at most 64 slots, recording per
-// slot the blocks it holds in any medium and on GPU, and returns the
-// number of leading blocks some slot holds.
-func (w *chainWalk) walk1(depthAny, depthGPU []int32) int {
+// successor returns node prev−1 if it holds key k, or nil. A chain stored
+// in one event takes consecutive nodes, tail first, so a block's successor
+// is usually the node just below it: walks try it before the table.
+func (ix *Index) successor(prev uint32, k uint64) *node {
+	if prev > 1 {
+		if n := ix.node(prev - 1); n.key == k && n.b != 0 {
+			return n
+		}
+	}
+	return nil
+}
+
+// walk walks the chain, recording per slot the blocks it holds in any
+// medium and on GPU, and returns the number of leading blocks some slot
+// holds. Slots 0–63 are followed in registers; further slots, rare, word
+// by word in walkHi.
+func (w *chainWalk) walk(depthAny, depthGPU []int32) int {
 	ix := w.ix
 	// Slots still holding every block so far, all slots to begin with.
-	anyW := ^uint64(0) >> (64 - len(depthAny))
+	anyW := ^uint64(0) >> (64 - min(len(depthAny), 64))
 	gpuW := anyW
-	for anyW != 0 {
-		from, to := w.next()
-		if from == to {
-			break
+	var hiAny, hiGPU []uint64 // words 1… of the same, for slots ≥ 64
+	if words := (len(depthAny) + 63) / 64; words > 1 {
+		hi := make([]uint64, 2*(words-1))
+		for k := range hi {
+			hi[k] = ^uint64(0)
 		}
-		for i, ni := range w.path[from:to] {
-			n := ix.node(ni)
+		hiAny, hiGPU = hi[:words-1], hi[words-1:]
+		hiAny[words-2] = ^uint64(0) >> (64*words - len(depthAny))
+		hiGPU[words-2] = hiAny[words-2]
+	}
+	i := 0
+	var prev uint32
+	for keys := w.hash(); len(keys) > 0; keys = w.hash() {
+		for _, k := range keys {
+			ni, n := prev-1, ix.successor(prev, k)
+			if n == nil {
+				if ni = ix.nodeOf(k); ni == 0 {
+					goto end
+				}
+				n = ix.node(ni)
+			}
 			g, a := n.a, n.a // the common case: shared, GPU only
-			if n.b&(modeShared|sharedRare) != modeShared {
+			if n.b>>61 != modeShared>>61 {
 				g, a = ix.holders(n, 0, w.now)
 			}
-			setDepth(depthAny, 0, anyW&^a, from+i)
-			setDepth(depthGPU, 0, gpuW&^g, from+i)
-			anyW &= a
-			gpuW &= g
-			if anyW == 0 {
-				return from + i
+			if (anyW&^a)|(gpuW&^g) != 0 {
+				setDepth(depthAny, 0, anyW&^a, i)
+				setDepth(depthGPU, 0, gpuW&^g, i)
+				anyW &= a
+				gpuW &= g
 			}
+			if hiAny != nil {
+				if !w.walkHi(n, i, hiAny, hiGPU, depthAny, depthGPU) && anyW == 0 {
+					return i
+				}
+			} else if anyW == 0 {
+				return i
+			}
+			w.path[i] = ni
+			prev = ni
+			i++
 		}
 	}
-	matched := w.found
-	setDepth(depthAny, 0, anyW, matched)
-	setDepth(depthGPU, 0, gpuW, matched)
-	return matched
+end:
+	setDepth(depthAny, 0, anyW, i)
+	setDepth(depthGPU, 0, gpuW, i)
+	for k := range hiAny {
+		setDepth(depthAny, k+1, hiAny[k], i)
+		setDepth(depthGPU, k+1, hiGPU[k], i)
+	}
+	return i
 }
 
-// walkN is walk1 for any number of slots.
-func (w *chainWalk) walkN(depthAny, depthGPU []int32) int {
-	ix := w.ix
-	words := (len(depthAny) + 63) / 64
-	alive := make([]uint64, 2*words)
-	anyAlive, gpuAlive := alive[:words], alive[words:]
-	for i := range alive {
-		alive[i] = ^uint64(0)
+// walkHi is walk's step at block i for slots ≥ 64; it reports whether
+// any of them still holds every block.
+func (w *chainWalk) walkHi(n *node, i int, hiAny, hiGPU []uint64, depthAny, depthGPU []int32) bool {
+	live := false
+	for k := range hiAny {
+		g, a := w.ix.holders(n, k+1, w.now)
+		setDepth(depthAny, k+1, hiAny[k]&^a, i)
+		setDepth(depthGPU, k+1, hiGPU[k]&^g, i)
+		hiAny[k] &= a
+		hiGPU[k] &= g
+		live = live || hiAny[k] != 0
 	}
-	anyAlive[words-1] = ^uint64(0) >> (64*words - len(depthAny))
-	gpuAlive[words-1] = anyAlive[words-1]
-	for {
-		from, to := w.next()
-		if from == to {
-			break
-		}
-		for i, ni := range w.path[from:to] {
-			n := ix.node(ni)
-			live := false
-			for k := range words {
-				g, a := ix.holders(n, k, w.now)
-				setDepth(depthAny, k, anyAlive[k]&^a, from+i)
-				setDepth(depthGPU, k, gpuAlive[k]&^g, from+i)
-				anyAlive[k] &= a
-				gpuAlive[k] &= g
-				live = live || anyAlive[k] != 0
-			}
-			if !live {
-				return from + i
-			}
-		}
-	}
-	matched := w.found
-	for k := range words {
-		setDepth(depthAny, k, anyAlive[k], matched)
-		setDepth(depthGPU, k, gpuAlive[k], matched)
-	}
-	return matched
+	return live
 }
 
 // setDepth records depth d for the slots of word k whose bits are set.
