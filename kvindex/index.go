@@ -677,10 +677,10 @@ func (ix *Index) Lookup(key ChainKey, tokens []uint32, blockSize int) []Match {
 	if limit > len(path) {
 		path = make([]uint32, limit)
 	}
-	w := chainWalk{ix: ix, tokens: tokens, blockSize: blockSize, path: path[:limit],
-		h: key.root(), chunk: 16, now: ix.now().UnixNano()}
 	depthAny, depthGPU := depth[:ix.maxSlots], depth[ix.maxSlots:2*ix.maxSlots]
-	matched := w.walk(depthAny, depthGPU)
+	w := chainWalk{ix: ix, tokens: tokens, blockSize: blockSize, path: path[:limit],
+		h: key.root(), chunk: 16, now: ix.now().UnixNano(), depthAny: depthAny, depthGPU: depthGPU}
+	matched := w.walk()
 	ix.logTouches(path[:matched])
 	out := make([]Match, 0, min(ix.maxSlots, 64))
 	var byWorker map[string]int // only with data-parallel ranks
@@ -722,7 +722,16 @@ type chainWalk struct {
 	hashed    int      // blocks hashed so far
 	chunk     int
 	now       int64 // unix nanos, for speculative entries
-	keys      [64]uint64
+
+	// Per slot, blocks held in any medium and on GPU, set as the walk
+	// drops the slot.
+	depthAny, depthGPU []int32
+	// The slots 0–63 still holding every block so far, in any medium and
+	// on GPU; hiAny and hiGPU hold further words for slots ≥ 64.
+	anyW, gpuW   uint64
+	hiAny, hiGPU []uint64
+
+	keys [64]uint64
 }
 
 // hash returns the keys of the next chunk of blocks, none past the cap.
@@ -735,93 +744,116 @@ func (w *chainWalk) hash() []uint64 {
 	return keys
 }
 
-// successor returns node prev−1 if it holds key k, or nil. A chain stored
-// in one event takes consecutive nodes, tail first, so a block's successor
-// is usually the node just below it: walks try it before the table.
-func (ix *Index) successor(prev uint32, k uint64) *node {
-	if prev > 1 {
-		if n := ix.node(prev - 1); n.key == k && n.b != 0 {
-			return n
-		}
-	}
-	return nil
-}
-
 // walk walks the chain, recording per slot the blocks it holds in any
 // medium and on GPU, and returns the number of leading blocks some slot
-// holds. Slots 0–63 are followed in registers; further slots, rare, word
-// by word in walkHi.
-func (w *chainWalk) walk(depthAny, depthGPU []int32) int {
-	ix := w.ix
-	// Slots still holding every block so far, all slots to begin with.
-	anyW := ^uint64(0) >> (64 - min(len(depthAny), 64))
-	gpuW := anyW
-	var hiAny, hiGPU []uint64 // words 1… of the same, for slots ≥ 64
-	if words := (len(depthAny) + 63) / 64; words > 1 {
+// holds.
+func (w *chainWalk) walk() int {
+	n := len(w.depthAny)
+	w.anyW = ^uint64(0) >> (64 - min(n, 64)) // all slots to begin with
+	w.gpuW = w.anyW
+	if words := (n + 63) / 64; words > 1 {
 		hi := make([]uint64, 2*(words-1))
 		for k := range hi {
 			hi[k] = ^uint64(0)
 		}
-		hiAny, hiGPU = hi[:words-1], hi[words-1:]
-		hiAny[words-2] = ^uint64(0) >> (64*words - len(depthAny))
-		hiGPU[words-2] = hiAny[words-2]
+		w.hiAny, w.hiGPU = hi[:words-1], hi[words-1:]
+		w.hiAny[words-2] = ^uint64(0) >> (64*words - n)
+		w.hiGPU[words-2] = w.hiAny[words-2]
 	}
+	pages, used := w.ix.pages, w.ix.nnodes-1
+	fast := w.hiAny == nil
 	i := 0
-	var prev uint32
+	var prev uint32 // the node of the previous block
 	for keys := w.hash(); len(keys) > 0; keys = w.hash() {
-		for _, k := range keys {
-			ni, n := prev-1, ix.successor(prev, k)
-			if n == nil {
-				if ni = ix.nodeOf(k); ni == 0 {
-					goto end
+		path := w.path[i : i+len(keys)]
+		anyW := w.anyW
+		for j, k := range keys {
+			// The common case, written in so that the loop makes no
+			// call: a chain stored in one event takes consecutive
+			// nodes, tail first, so a block's node is usually the one
+			// just below the previous block's; and most blocks are
+			// shared, held on GPU only, and drop no slot.
+			if ni := prev - 1; ni-1 < used && fast {
+				n := &pages[ni>>pageShift][ni&(pageSize-1)]
+				if n.key == k && n.b>>61 == modeShared>>61 && anyW&^n.a == 0 {
+					path[j] = ni
+					prev = ni
+					continue
 				}
-				n = ix.node(ni)
 			}
-			g, a := n.a, n.a // the common case: shared, GPU only
-			if n.b>>61 != modeShared>>61 {
-				g, a = ix.holders(n, 0, w.now)
+			ni := w.step(prev, k, i+j)
+			if ni == 0 {
+				i += j
+				goto end
 			}
-			if (anyW&^a)|(gpuW&^g) != 0 {
-				setDepth(depthAny, 0, anyW&^a, i)
-				setDepth(depthGPU, 0, gpuW&^g, i)
-				anyW &= a
-				gpuW &= g
-			}
-			if hiAny != nil {
-				if !w.walkHi(n, i, hiAny, hiGPU, depthAny, depthGPU) && anyW == 0 {
-					return i
-				}
-			} else if anyW == 0 {
-				return i
-			}
-			w.path[i] = ni
+			path[j] = ni
 			prev = ni
-			i++
+			anyW = w.anyW
 		}
+		i += len(keys)
 	}
 end:
-	setDepth(depthAny, 0, anyW, i)
-	setDepth(depthGPU, 0, gpuW, i)
-	for k := range hiAny {
-		setDepth(depthAny, k+1, hiAny[k], i)
-		setDepth(depthGPU, k+1, hiGPU[k], i)
+	setDepth(w.depthAny, 0, w.anyW, i)
+	setDepth(w.depthGPU, 0, w.gpuW, i)
+	for k := range w.hiAny {
+		setDepth(w.depthAny, k+1, w.hiAny[k], i)
+		setDepth(w.depthGPU, k+1, w.hiGPU[k], i)
 	}
 	return i
 }
 
-// walkHi is walk's step at block i for slots ≥ 64; it reports whether
-// any of them still holds every block.
-func (w *chainWalk) walkHi(n *node, i int, hiAny, hiGPU []uint64, depthAny, depthGPU []int32) bool {
-	live := false
-	for k := range hiAny {
-		g, a := w.ix.holders(n, k+1, w.now)
-		setDepth(depthAny, k+1, hiAny[k]&^a, i)
-		setDepth(depthGPU, k+1, hiGPU[k]&^g, i)
-		hiAny[k] &= a
-		hiGPU[k] &= g
-		live = live || hiAny[k] != 0
+// step is walk's general case for block i, of key k, after node prev (0
+// for the first block). It finds the block's node, drops the slots that
+// do not hold it, and returns the node, or 0 when the walk ends there.
+func (w *chainWalk) step(prev uint32, k uint64, i int) uint32 {
+	ix := w.ix
+	// Besides the node below prev, try the one after it in the LRU list:
+	// stores and lookups move chains to the front root last, so it is
+	// often the chain's next block. Then the table.
+	ni := prev - 1
+	n := ix.holding(ni, k)
+	if n == nil && prev != 0 {
+		ni = ix.node(prev).next
+		n = ix.holding(ni, k)
 	}
-	return live
+	if n == nil {
+		if ni = ix.nodeOf(k); ni == 0 {
+			return 0
+		}
+		n = ix.node(ni)
+	}
+	g, a := n.a, n.a
+	if n.b>>61 != modeShared>>61 {
+		g, a = ix.holders(n, 0, w.now)
+	}
+	setDepth(w.depthAny, 0, w.anyW&^a, i)
+	setDepth(w.depthGPU, 0, w.gpuW&^g, i)
+	w.anyW &= a
+	w.gpuW &= g
+	live := w.anyW != 0
+	for k := range w.hiAny {
+		g, a := ix.holders(n, k+1, w.now)
+		setDepth(w.depthAny, k+1, w.hiAny[k]&^a, i)
+		setDepth(w.depthGPU, k+1, w.hiGPU[k]&^g, i)
+		w.hiAny[k] &= a
+		w.hiGPU[k] &= g
+		live = live || w.hiAny[k] != 0
+	}
+	if !live {
+		return 0
+	}
+	return ni
+}
+
+// holding returns node ni if it is in use and holds key k, or nil; ni
+// may be any value.
+func (ix *Index) holding(ni uint32, k uint64) *node {
+	if ni-1 < ix.nnodes-1 {
+		if n := ix.node(ni); n.key == k && n.b != 0 {
+			return n
+		}
+	}
+	return nil
 }
 
 // setDepth records depth d for the slots of word k whose bits are set.

@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"math/bits"
+	"unsafe"
 
 	"github.com/zeebo/xxh3"
 )
@@ -46,9 +47,10 @@ func chainKeys(parent uint64, tokens []uint32, blockSize int, out []uint64) uint
 	h := parent
 	if blockSize == 16 {
 		// vLLM's default block size, with blockHash written in.
-		for j := range out {
-			t := (*[16]uint32)(tokens)
-			tokens = tokens[16:]
+		blocks := asBlocks16(tokens[:16*len(out)])
+		out = out[:len(blocks)]
+		for j := range blocks {
+			t := &blocks[j]
 			c := mum(k0^pair(t[0], t[1]), k4^pair(t[2], t[3]))
 			c ^= mum(k1^pair(t[4], t[5]), k4^pair(t[6], t[7]))
 			c ^= mum(k2^pair(t[8], t[9]), k4^pair(t[10], t[11]))
@@ -63,6 +65,15 @@ func chainKeys(parent uint64, tokens []uint32, blockSize int, out []uint64) uint
 		out[j] = h
 	}
 	return h
+}
+
+// asBlocks16 returns tokens, whose length is a multiple of 16, as blocks
+// of 16 tokens sharing its memory.
+func asBlocks16(tokens []uint32) [][16]uint32 {
+	if len(tokens) < 16 {
+		return nil // no block, and no pointer past tokens' memory
+	}
+	return unsafe.Slice((*[16]uint32)(unsafe.Pointer(unsafe.SliceData(tokens))), len(tokens)/16)
 }
 
 // Constants of blockHash, in the manner of wyhash. Each has bit 63 set, so
