@@ -3,6 +3,7 @@ package kvindex
 import (
 	"log/slog"
 	"math/bits"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -292,7 +293,8 @@ func (ix *Index) applyLocked(s *slot, ev *Event) {
 			keys = make([]uint64, n)
 		}
 		keys = keys[:n]
-		if ev.ExtraKeys == nil {
+		if !slices.ContainsFunc(ev.ExtraKeys, func(x []byte) bool { return x != nil }) {
+			// Map-era events carry a null per block: no extra key.
 			chainKeys(key, ev.TokenIDs, ev.BlockSize, keys)
 		} else {
 			for i := range n {
