@@ -9,8 +9,10 @@
 // # Keys
 //
 // warmpath does not reproduce vLLM's block hash. On BlockStored it chains
-// its own 64-bit key (xxh3) over the event's token ids, one block at a
-// time, rooted in (model, LoRA name, cache salt): the model is warmpath's
+// its own 64-bit key over the event's token ids, one block at a time (a
+// multiply-fold hash of the block's tokens mixed into its parent's key, so
+// that the blocks of a prompt hash in parallel and only the mixing is
+// serial), rooted in (model, LoRA name, cache salt): the model is warmpath's
 // served model name for the worker (by default the first of
 // discovery.Worker.Models, see [WithModelOf]), the LoRA name comes from the
 // event, and the salt from block 0's extra keys. Other extra keys
@@ -38,6 +40,20 @@
 // worker stands for it. [Index.Speculate] enters the blocks a routed
 // request will create before their events arrive. [Index.DebugWorkers],
 // [Index.Stale] and [Index.CaughtUp] serve operators and readiness.
+//
+// # Lookup
+//
+// A lookup hashes the prompt's blocks a chunk at a time and walks their
+// nodes. A block's node is usually the one just below the previous
+// block's (a chain stored in one event takes consecutive nodes) or the
+// next one in the LRU list (stores and lookups leave chains there in
+// order); the table is probed only when neither holds the block's key.
+// The holders among streams 0–63 are intersected as one 64-bit word per
+// block and a stream's depth is written only when it drops out, so a
+// block costs the same whatever the number of workers; the walk stops at
+// the first block no stream still holds. A lookup of up to 512 blocks
+// over up to 64 streams without data-parallel ranks allocates only its
+// result.
 //
 // # Streams
 //

@@ -3,6 +3,7 @@ package kvindex
 import (
 	"log/slog"
 	"math/bits"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -75,9 +76,9 @@ func WithClock(now func() time.Time) Option {
 type Index struct {
 	mu sync.RWMutex
 
-	keys    table    // block key → node index
-	pages   [][]node // see nodes.go
-	nnodes  uint32   // node indices handed out so far, 0 included
+	keys    table             // block key → node index
+	pages   []*[pageSize]node // see nodes.go
+	nnodes  uint32            // node indices handed out so far, 0 included
 	free    []uint32
 	exts    []nodeExt // holders of shared nodes
 	freeExt []uint32
@@ -287,16 +288,22 @@ func (ix *Index) applyLocked(s *slot, ev *Event) {
 		// Chain all keys first, then insert tail first so the chain's root
 		// ends up most recently used and tails are evicted before roots.
 		var stack [64]uint64
-		keys := stack[:0]
+		keys := stack[:]
 		if n > len(stack) {
-			keys = make([]uint64, 0, n)
+			keys = make([]uint64, n)
 		}
-		for i := range n {
-			key = blockKey(key, ev.TokenIDs[i*ev.BlockSize:(i+1)*ev.BlockSize])
-			if ev.ExtraKeys != nil && ev.ExtraKeys[i] != nil {
-				key = foldExtra(key, ev.ExtraKeys[i], ev, i == 0 && !ev.HasParent)
+		keys = keys[:n]
+		if !slices.ContainsFunc(ev.ExtraKeys, func(x []byte) bool { return x != nil }) {
+			// Map-era events carry a null per block: no extra key.
+			chainKeys(key, ev.TokenIDs, ev.BlockSize, keys)
+		} else {
+			for i := range n {
+				key = blockKey(key, ev.TokenIDs[i*ev.BlockSize:(i+1)*ev.BlockSize])
+				if ev.ExtraKeys[i] != nil {
+					key = foldExtra(key, ev.ExtraKeys[i], ev, i == 0 && !ev.HasParent)
+				}
+				keys[i] = key
 			}
-			keys = append(keys, key)
 		}
 		for i := n - 1; i >= 0; i-- {
 			ix.storeLocked(s, ev.BlockHashes[i], keys[i], gpu)
@@ -660,121 +667,23 @@ func (ix *Index) Lookup(key ChainKey, tokens []uint32, blockSize int) []Match {
 	limit := (len(tokens) - 1) / blockSize
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	words := (ix.maxSlots + 63) / 64
 	// Per slot: blocks held in any medium, and on GPU, as the walk drops it.
-	var stackDepth [2 * 128]int32
-	var stackAlive [2 * 2]uint64
-	depth := stackDepth[:]
+	var depthStack [2 * 128]int32
+	depth := depthStack[:]
 	if 2*ix.maxSlots > len(depth) {
 		depth = make([]int32, 2*ix.maxSlots)
 	}
-	alive := stackAlive[:]
-	if 2*words > len(alive) {
-		alive = make([]uint64, 2*words)
+	// The nodes of the prompt's blocks, as far as they are found.
+	var pathStack [512]uint32
+	path := pathStack[:]
+	if limit > len(path) {
+		path = make([]uint32, limit)
 	}
 	depthAny, depthGPU := depth[:ix.maxSlots], depth[ix.maxSlots:2*ix.maxSlots]
-	anyAlive, gpuAlive := alive[:words], alive[words:2*words]
-	now := ix.now().UnixNano()
-	var pathStack [512]uint32
-	path := pathStack[:0]
-	// Keys are computed a chunk at a time and probed together, so the
-	// CPU overlaps the probes' cache misses; chunks double from 16 blocks
-	// so that an early miss wastes little hashing.
-	var keyBuf [256]uint64
-	var niBuf [256]uint32
-	h := key.root()
-	matched := 0
-	chunk := 16
-	var prev uint32 // the node of the previous block
-walk:
-	for base := 0; base < limit; {
-		c := min(chunk, limit-base, len(keyBuf))
-		chunk *= 2
-		for j := range c {
-			at := (base + j) * blockSize
-			h = blockKey(h, tokens[at:at+blockSize])
-			keyBuf[j] = h
-		}
-		// A chain stored in one event takes consecutive nodes, tail first,
-		// so a block's successor is usually the node just below it: try it
-		// before the table.
-		for j := range c {
-			k := keyBuf[j]
-			if guess := prev - 1; prev > 1 && ix.node(guess).key == k && ix.node(guess).b != 0 {
-				prev = guess
-			} else {
-				prev = ix.nodeOf(k)
-			}
-			niBuf[j] = prev
-		}
-		for j, ni := range niBuf[:c] {
-			if ni == 0 {
-				break walk
-			}
-			i := base + j
-			n := ix.node(ni)
-			if words == 1 && n.b&(modeShared|sharedRare) == modeShared {
-				// The common case, written in: streams 0–63, GPU only.
-				a, g := n.a, n.a
-				if i > 0 {
-					for d := anyAlive[0] &^ a; d != 0; d &= d - 1 {
-						depthAny[bits.TrailingZeros64(d)] = int32(i)
-					}
-					for d := gpuAlive[0] &^ g; d != 0; d &= d - 1 {
-						depthGPU[bits.TrailingZeros64(d)] = int32(i)
-					}
-					a &= anyAlive[0]
-					g &= gpuAlive[0]
-				}
-				anyAlive[0], gpuAlive[0] = a, g
-				if a == 0 {
-					break walk
-				}
-				path = append(path, ni)
-				matched = i + 1
-				continue
-			}
-			specOK := ix.specLive(n, now)
-			live := false
-			for w := range words {
-				g, o, sp := ix.words(n, w)
-				if specOK {
-					g |= sp
-				}
-				a := g | o
-				if i > 0 {
-					for d := anyAlive[w] &^ a; d != 0; d &= d - 1 {
-						depthAny[w*64+bits.TrailingZeros64(d)] = int32(i)
-					}
-					for d := gpuAlive[w] &^ g; d != 0; d &= d - 1 {
-						depthGPU[w*64+bits.TrailingZeros64(d)] = int32(i)
-					}
-					a &= anyAlive[w]
-					g &= gpuAlive[w]
-				}
-				anyAlive[w], gpuAlive[w] = a, g
-				live = live || a != 0
-			}
-			if !live {
-				break walk
-			}
-			path = append(path, ni)
-			matched = i + 1
-		}
-		base += c
-	}
-	for w := range words {
-		if matched == 0 {
-			break
-		}
-		for a := anyAlive[w]; a != 0; a &= a - 1 {
-			depthAny[w*64+bits.TrailingZeros64(a)] = int32(matched)
-		}
-		for g := gpuAlive[w]; g != 0; g &= g - 1 {
-			depthGPU[w*64+bits.TrailingZeros64(g)] = int32(matched)
-		}
-	}
-	ix.logTouches(path)
+	w := chainWalk{ix: ix, tokens: tokens, blockSize: blockSize, path: path[:limit],
+		h: key.root(), chunk: 16, now: ix.now().UnixNano(), depthAny: depthAny, depthGPU: depthGPU}
+	matched := w.walk()
+	ix.logTouches(path[:matched])
 	out := make([]Match, 0, min(ix.maxSlots, 64))
 	var byWorker map[string]int // only with data-parallel ranks
 	if ix.ranked > 0 {
@@ -800,6 +709,160 @@ walk:
 	}
 	ix.m.lookup.Observe(time.Since(start).Seconds())
 	return out
+}
+
+// chainWalk is the state of one lookup's walk down a prompt's chain of
+// blocks. It hashes the blocks a chunk at a time, which lets the CPU
+// overlap their hashes; chunks double from 16 blocks so that an early miss
+// wastes little.
+type chainWalk struct {
+	ix        *Index
+	tokens    []uint32
+	blockSize int
+	path      []uint32 // one node per block up to the cap; filled as found
+	h         uint64   // key of the last block hashed
+	hashed    int      // blocks hashed so far
+	chunk     int
+	now       int64 // unix nanos, for speculative entries
+
+	// Per slot, blocks held in any medium and on GPU, set as the walk
+	// drops the slot.
+	depthAny, depthGPU []int32
+	// The slots 0–63 still holding every block so far, in any medium and
+	// on GPU; hiAny and hiGPU hold further words for slots ≥ 64.
+	anyW, gpuW   uint64
+	hiAny, hiGPU []uint64
+
+	keys [64]uint64
+}
+
+// hash returns the keys of the next chunk of blocks, none past the cap.
+func (w *chainWalk) hash() []uint64 {
+	c := min(w.chunk, len(w.path)-w.hashed, len(w.keys))
+	w.chunk *= 2
+	keys := w.keys[:c]
+	w.h = chainKeys(w.h, w.tokens[w.hashed*w.blockSize:], w.blockSize, keys)
+	w.hashed += c
+	return keys
+}
+
+// walk walks the chain, recording per slot the blocks it holds in any
+// medium and on GPU, and returns the number of leading blocks some slot
+// holds.
+func (w *chainWalk) walk() int {
+	n := len(w.depthAny)
+	w.anyW = ^uint64(0) >> (64 - min(n, 64)) // all slots to begin with
+	w.gpuW = w.anyW
+	if words := (n + 63) / 64; words > 1 {
+		hi := make([]uint64, 2*(words-1))
+		for k := range hi {
+			hi[k] = ^uint64(0)
+		}
+		w.hiAny, w.hiGPU = hi[:words-1], hi[words-1:]
+		w.hiAny[words-2] = ^uint64(0) >> (64*words - n)
+		w.hiGPU[words-2] = w.hiAny[words-2]
+	}
+	pages, used := w.ix.pages, w.ix.nnodes-1
+	fast := w.hiAny == nil
+	i := 0
+	var prev uint32 // the node of the previous block
+	for keys := w.hash(); len(keys) > 0; keys = w.hash() {
+		path := w.path[i : i+len(keys)]
+		anyW := w.anyW
+		for j, k := range keys {
+			// The common case, written in so that the loop makes no
+			// call: a chain stored in one event takes consecutive
+			// nodes, tail first, so a block's node is usually the one
+			// just below the previous block's; and most blocks are
+			// shared, held on GPU only, and drop no slot.
+			if ni := prev - 1; ni-1 < used && fast {
+				n := &pages[ni>>pageShift][ni&(pageSize-1)]
+				if n.key == k && n.b>>61 == modeShared>>61 && anyW&^n.a == 0 {
+					path[j] = ni
+					prev = ni
+					continue
+				}
+			}
+			ni := w.step(prev, k, i+j)
+			if ni == 0 {
+				i += j
+				goto end
+			}
+			path[j] = ni
+			prev = ni
+			anyW = w.anyW
+		}
+		i += len(keys)
+	}
+end:
+	setDepth(w.depthAny, 0, w.anyW, i)
+	setDepth(w.depthGPU, 0, w.gpuW, i)
+	for k := range w.hiAny {
+		setDepth(w.depthAny, k+1, w.hiAny[k], i)
+		setDepth(w.depthGPU, k+1, w.hiGPU[k], i)
+	}
+	return i
+}
+
+// step is walk's general case for block i, of key k, after node prev (0
+// for the first block). It finds the block's node, drops the slots that
+// do not hold it, and returns the node, or 0 when the walk ends there.
+func (w *chainWalk) step(prev uint32, k uint64, i int) uint32 {
+	ix := w.ix
+	// Besides the node below prev, try the one after it in the LRU list:
+	// stores and lookups move chains to the front root last, so it is
+	// often the chain's next block. Then the table.
+	ni := prev - 1
+	n := ix.holding(ni, k)
+	if n == nil && prev != 0 {
+		ni = ix.node(prev).next
+		n = ix.holding(ni, k)
+	}
+	if n == nil {
+		if ni = ix.nodeOf(k); ni == 0 {
+			return 0
+		}
+		n = ix.node(ni)
+	}
+	g, a := n.a, n.a
+	if n.b>>61 != modeShared>>61 {
+		g, a = ix.holders(n, 0, w.now)
+	}
+	setDepth(w.depthAny, 0, w.anyW&^a, i)
+	setDepth(w.depthGPU, 0, w.gpuW&^g, i)
+	w.anyW &= a
+	w.gpuW &= g
+	live := w.anyW != 0
+	for k := range w.hiAny {
+		g, a := ix.holders(n, k+1, w.now)
+		setDepth(w.depthAny, k+1, w.hiAny[k]&^a, i)
+		setDepth(w.depthGPU, k+1, w.hiGPU[k]&^g, i)
+		w.hiAny[k] &= a
+		w.hiGPU[k] &= g
+		live = live || w.hiAny[k] != 0
+	}
+	if !live {
+		return 0
+	}
+	return ni
+}
+
+// holding returns node ni if it is in use and holds key k, or nil; ni
+// may be any value.
+func (ix *Index) holding(ni uint32, k uint64) *node {
+	if ni-1 < ix.nnodes-1 {
+		if n := ix.node(ni); n.key == k && n.b != 0 {
+			return n
+		}
+	}
+	return nil
+}
+
+// setDepth records depth d for the slots of word k whose bits are set.
+func setDepth(depth []int32, k int, set uint64, d int) {
+	for ; set != 0; set &= set - 1 {
+		depth[k*64+bits.TrailingZeros64(set)] = int32(d)
+	}
 }
 
 func (ix *Index) gaugesLocked() {

@@ -86,7 +86,7 @@ func (ix *Index) newNode() uint32 {
 	}
 	ni := ix.nnodes
 	if int(ni>>pageShift) == len(ix.pages) {
-		ix.pages = append(ix.pages, make([]node, pageSize))
+		ix.pages = append(ix.pages, new([pageSize]node))
 	}
 	ix.nnodes++
 	return ni
@@ -256,6 +256,16 @@ func (ix *Index) words(n *node, w int) (gpu, off, spec uint64) {
 func (ix *Index) has(n *node, k int, id uint16) bool {
 	g, o, s := ix.words(n, int(id)/64)
 	return [3]uint64{g, o, s}[k]&(1<<(id%64)) != 0
+}
+
+// holders returns word w of the slots holding n on GPU, speculation
+// included while live at now, and in any medium.
+func (ix *Index) holders(n *node, w int, now int64) (gpu, all uint64) {
+	g, o, sp := ix.words(n, w)
+	if ix.specLive(n, now) {
+		g |= sp
+	}
+	return g, g | o
 }
 
 // specLive reports whether n's speculative bits are unexpired.

@@ -15,55 +15,74 @@ import (
 // checks the index's invariants after every step.
 func TestNodeForms(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name    string
-		workers int
-		budget  int
-	}{
+	cases := []indexCase{
 		{"few streams", 3, 1 << 20},
 		{"streams past 64", 80, 1 << 20},
 		{"tight budget", 80, 40},
 	}
-	for _, tc := range tests {
+	runIndexCases(t, cases, func(t *testing.T, tc indexCase, ix *Index, clock *fakeClock) {
+		rng := rand.New(rand.NewPCG(7, uint64(tc.workers)))
+		prompts := make([][]uint32, 4)
+		for i := range prompts {
+			prompts[i] = seqTokens(1+i*1000, 8*testBlock+1)
+		}
+		media := []string{"", "GPU", "CPU"}
+		for step := range 3000 {
+			w := rng.IntN(tc.workers)
+			name := fmt.Sprintf("w%d", w)
+			p := rng.IntN(len(prompts))
+			base := uint64(w)<<32 | uint64(p)<<16
+			switch op := rng.IntN(10); {
+			case op < 4:
+				apply(ix, name, storeEv(prompts[p], 0, 1+rng.IntN(8), base, media[rng.IntN(3)]))
+			case op < 7:
+				apply(ix, name, removeEv(media[rng.IntN(3)], base+uint64(rng.IntN(8))))
+			case op < 8:
+				ix.Speculate(name, mkey, prompts[p], testBlock)
+			case op < 9:
+				clock.advance(300 * time.Millisecond)
+				checkLookup(t, ix, prompts[p], fmt.Sprintf("step %d", step))
+			default:
+				if rng.IntN(10) == 0 {
+					apply(ix, name, Event{Kind: AllBlocksCleared})
+				}
+			}
+			if err := checkIndex(ix); err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+		}
+	})
+}
+
+// indexCase is a scenario of the randomized index tests: how many
+// streams, and the entry budget.
+type indexCase struct {
+	name    string
+	workers int
+	budget  int
+}
+
+// runIndexCases runs fn for each case in a parallel subtest, on a fresh
+// index with a fake clock, the case's entry budget and a one-second
+// speculative TTL.
+func runIndexCases(t *testing.T, cases []indexCase, fn func(t *testing.T, tc indexCase, ix *Index, clock *fakeClock)) {
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			clock := &fakeClock{t: time.Unix(1000, 0)}
-			ix := New(WithClock(clock.now), WithEntryBudget(tc.budget), WithSpeculativeTTL(time.Second))
-			rng := rand.New(rand.NewPCG(7, uint64(tc.workers)))
-			prompts := make([][]uint32, 4)
-			for i := range prompts {
-				prompts[i] = seqTokens(1+i*1000, 8*testBlock+1)
-			}
-			media := []string{"", "GPU", "CPU"}
-			for step := range 3000 {
-				w := rng.IntN(tc.workers)
-				name := fmt.Sprintf("w%d", w)
-				p := rng.IntN(len(prompts))
-				base := uint64(w)<<32 | uint64(p)<<16
-				switch op := rng.IntN(10); {
-				case op < 4:
-					apply(ix, name, storeEv(prompts[p], 0, 1+rng.IntN(8), base, media[rng.IntN(3)]))
-				case op < 7:
-					apply(ix, name, removeEv(media[rng.IntN(3)], base+uint64(rng.IntN(8))))
-				case op < 8:
-					ix.Speculate(name, mkey, prompts[p], testBlock)
-				case op < 9:
-					clock.advance(300 * time.Millisecond)
-					got, want := ix.Lookup(mkey, prompts[p], testBlock), lookupSlow(ix, prompts[p])
-					sortMatches(got)
-					if fmt.Sprint(got) != fmt.Sprint(want) {
-						t.Fatalf("step %d: Lookup %v, reference %v", step, got, want)
-					}
-				default:
-					if rng.IntN(10) == 0 {
-						apply(ix, name, Event{Kind: AllBlocksCleared})
-					}
-				}
-				if err := checkIndex(ix); err != nil {
-					t.Fatalf("step %d: %v", step, err)
-				}
-			}
+			fn(t, tc, New(WithClock(clock.now), WithEntryBudget(tc.budget), WithSpeculativeTTL(time.Second)), clock)
 		})
+	}
+}
+
+// checkLookup fails t, naming where, when Lookup and lookupSlow disagree
+// on prompt.
+func checkLookup(t *testing.T, ix *Index, prompt []uint32, where string) {
+	t.Helper()
+	got, want := ix.Lookup(mkey, prompt, testBlock), lookupSlow(ix, prompt)
+	sortMatches(got)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("%s: Lookup %v, reference %v", where, got, want)
 	}
 }
 
@@ -202,4 +221,71 @@ func lookupSlow(ix *Index, prompt []uint32) []Match {
 	}
 	sortMatches(out)
 	return out
+}
+
+// TestLookupLongChains checks Lookup against lookupSlow on prompts long
+// enough to cross the walk's chunks and to leave both of its guesses at a
+// block's node (the node below the previous block's, the next one in the
+// LRU list) wrong at times: prompts share prefixes of varying length,
+// workers store them in pieces, in both media, remove blocks, speculate,
+// and run into the entry budget.
+func TestLookupLongChains(t *testing.T) {
+	t.Parallel()
+	cases := []indexCase{
+		{"few streams", 3, 1 << 20},
+		{"streams past 64", 70, 1 << 20},
+		{"tight budget", 8, 700},
+	}
+	runIndexCases(t, cases, func(t *testing.T, tc indexCase, ix *Index, clock *fakeClock) {
+		rng := rand.New(rand.NewPCG(11, uint64(tc.workers)))
+		const blocks = 300
+		shared := seqTokens(1, blocks*testBlock)
+		prompts := make([][]uint32, 6)
+		hashes := make([][]uint64, len(prompts))
+		for p := range prompts {
+			cut := rng.IntN(blocks)
+			prompt := append([]uint32(nil), shared[:cut*testBlock]...)
+			prompt = append(prompt, seqTokens(1_000_000+p*10_000, (blocks-cut)*testBlock)...)
+			prompts[p] = append(prompt, 7) // one more token, so the cap allows every block
+			hashes[p] = engineChain(prompts[p])
+		}
+		media := []string{"", "GPU", "CPU"}
+		for step := range 600 {
+			name := fmt.Sprintf("w%d", rng.IntN(tc.workers))
+			p := rng.IntN(len(prompts))
+			switch op := rng.IntN(10); {
+			case op < 4:
+				to := 1 + rng.IntN(blocks)
+				from := 0
+				if rng.IntN(3) == 0 {
+					from = rng.IntN(to) // an unknown parent is skipped
+				}
+				apply(ix, name, storeChain(prompts[p], hashes[p], from, to, media[rng.IntN(3)]))
+			case op < 6:
+				apply(ix, name, removeEv(media[rng.IntN(3)], hashes[p][rng.IntN(blocks)]))
+			case op < 7:
+				ix.Speculate(name, mkey, prompts[p][:rng.IntN(blocks)*testBlock], testBlock)
+			case op < 8:
+				clock.advance(300 * time.Millisecond)
+			default:
+				for q, prompt := range prompts {
+					checkLookup(t, ix, prompt, fmt.Sprintf("step %d, prompt %d", step, q))
+				}
+			}
+		}
+		if err := checkIndex(ix); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// storeChain builds a BlockStored of prompt's blocks [from, to) with the
+// engine hashes given per block.
+func storeChain(prompt []uint32, hashes []uint64, from, to int, medium string) Event {
+	ev := Event{Kind: BlockStored, BlockSize: testBlock, Medium: medium,
+		BlockHashes: hashes[from:to], TokenIDs: prompt[from*testBlock : to*testBlock]}
+	if from > 0 {
+		ev.HasParent, ev.ParentHash = true, hashes[from-1]
+	}
+	return ev
 }
