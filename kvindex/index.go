@@ -119,8 +119,10 @@ type slot struct {
 	name   slotName
 	model  string
 	blocks table // engine hash → node index
-	specQ  []specItem
-	specAt map[uint32]int64 // node → expiry of its latest speculation
+	// specQ[specHead:] are the speculations not yet swept, in expiry order.
+	specQ    []specItem
+	specHead int
+	specAt   map[uint32]int64 // node → expiry of its latest speculation
 
 	status SlotStatus
 	lastAt time.Time
@@ -454,7 +456,7 @@ func (ix *Index) clearSlotLocked(s *slot) {
 	for ni := range s.specAt {
 		ix.dropSpecLocked(s, ni)
 	}
-	s.specQ = s.specQ[:0]
+	s.specQ, s.specHead = s.specQ[:0], 0
 }
 
 func (ix *Index) dropSpecLocked(s *slot, ni uint32) {
@@ -571,8 +573,9 @@ func (ix *Index) evictLocked() {
 
 // Speculate enters the full blocks of tokens under key on worker (rank 0)
 // for the speculative TTL, because the engine serves a request's in-flight
-// blocks as hits before their events arrive. Real events for the same
-// blocks replace the speculation. Unknown workers are ignored.
+// blocks as hits before their events arrive: the blocks past the last one
+// the worker really holds. Real events for the same blocks replace the
+// speculation. Unknown workers are ignored.
 func (ix *Index) Speculate(worker string, key ChainKey, tokens []uint32, blockSize int) {
 	if blockSize < 1 || len(tokens) < blockSize {
 		return
@@ -592,13 +595,22 @@ func (ix *Index) Speculate(worker string, key ChainKey, tokens []uint32, blockSi
 	until := now + int64(ix.specTTL)
 	ix.drainTouchesLocked()
 	keys := BlockKeys(key, tokens, blockSize)
+	// Walk from the tail to the first block the worker really holds: the
+	// ones below it are its cached prefix (engines store a chain root
+	// first and evict it tail first), which the lookup has just touched.
+	// A block speculated on less than half a TTL ago stops the walk too:
+	// that speculation covered the blocks below it, and a burst of
+	// siblings costs one probe each.
 	for i := len(keys) - 1; i >= 0; i-- {
 		ni := ix.nodeFor(keys[i])
 		n := ix.node(ni)
+		if at, ok := s.specAt[ni]; ok && at-now >= int64(ix.specTTL)/2 {
+			break
+		}
 		if !ix.has(n, bSpec, s.id) {
 			if _, ok := ix.entryOf(n, s.id); ok {
 				ix.toFront(ni)
-				continue // already really there
+				break
 			}
 			ix.entries++
 			ix.specs++
@@ -617,7 +629,7 @@ func (ix *Index) sweepLocked(now int64) {
 	if ix.specs == 0 {
 		for _, s := range ix.slots {
 			if s != nil {
-				s.specQ = s.specQ[:0]
+				s.specQ, s.specHead = s.specQ[:0], 0
 			}
 		}
 		return
@@ -626,14 +638,22 @@ func (ix *Index) sweepLocked(now int64) {
 		if s == nil {
 			continue
 		}
-		i := 0
+		i := s.specHead
 		for ; i < len(s.specQ) && s.specQ[i].until <= now; i++ {
 			it := s.specQ[i]
 			if at, ok := s.specAt[it.node]; ok && at == it.until {
 				ix.dropSpecLocked(s, it.node)
 			}
 		}
-		s.specQ = append(s.specQ[:0], s.specQ[i:]...)
+		// Move the live part down only once the swept part is as long, so
+		// a sweep costs what it drops, not what is queued.
+		switch s.specHead = i; {
+		case i == len(s.specQ):
+			s.specQ, s.specHead = s.specQ[:0], 0
+		case i >= 1024 && 2*i >= len(s.specQ):
+			n := copy(s.specQ, s.specQ[i:])
+			s.specQ, s.specHead = s.specQ[:n], 0
+		}
 	}
 }
 
