@@ -145,10 +145,15 @@ func checkAgainstReference(t *testing.T, seed uint64) {
 			ix.Speculate(w, mkey, p, testBlock)
 			trace = append(trace, fmt.Sprintf("speculate %s prompt %d", w, len(p)))
 			until := clock.now().Add(ttl)
-			for i := 1; i <= full; i++ {
-				if h := ref.hash(p, i); ref.held[w][h] == 0 {
-					ref.spec[w][h] = until
+			for i := full; i >= 1; i-- {
+				h := ref.hash(p, i)
+				if ref.held[w][h] > 0 {
+					break // the cached prefix below is not speculated on
 				}
+				if ref.spec[w][h].Sub(clock.now()) >= ttl/2 {
+					break // speculated on recently, with the blocks below
+				}
+				ref.spec[w][h] = until
 			}
 		case op < 9:
 			d := time.Duration(rng.IntN(800)) * time.Millisecond
