@@ -30,13 +30,15 @@ type view struct {
 	factor    []float64       // KV-pressure multiplier per candidate
 	work      []workload      // the TTFT model's input per candidate
 	kvWait    []time.Duration // predicted wait for KV blocks per candidate
+	models    []StepModel     // each candidate's calibrated step model
 	prompt    int
 	blockSize int
 	// seq numbers committed decisions; it rotates tie-breaks.
 	seq uint64
 }
 
-// policy chooses one candidate of a view. choose writes each candidate's
+// policy chooses one candidate of a view. The router reuses a view's
+// storage for the next decision, so a policy keeps nothing of it. choose writes each candidate's
 // figure of merit (lower is better) to score, which has one slot per
 // candidate, and returns the chosen index and a short reason. A policy is
 // called with the router's mutex held and may keep state of its own.

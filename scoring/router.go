@@ -72,7 +72,19 @@ type Router struct {
 	workers map[string]*workerState
 	live    map[*Decision]*assignment
 	seq     uint64
+	// scratch, states and vs are reused by every decision under mu; the
+	// reports and fresh flags gathered before it come from gather.
 	scratch []float64
+	states  []*workerState
+	vs      view
+	gather  sync.Pool // *loadScratch
+}
+
+// loadScratch holds the load reports one decision gathers before taking
+// the router's lock.
+type loadScratch struct {
+	reports []LoadReport
+	fresh   []bool
 }
 
 type shadowPolicy struct {
@@ -230,8 +242,13 @@ func (r *Router) decide(ctx context.Context, req *Request, ws Workers, commit bo
 	if (commit || ids == nil) && len(req.Body) >= r.cfg.TextChunk {
 		chain = textChain(r.hseed, key, req.Body, r.cfg.TextChunk, nil)
 	}
-	reports := make([]LoadReport, n)
-	fresh := make([]bool, n)
+	ls, _ := r.gather.Get().(*loadScratch)
+	if ls == nil {
+		ls = &loadScratch{}
+	}
+	defer r.gather.Put(ls)
+	ls.reports, ls.fresh = grow(ls.reports, n), grow(ls.fresh, n)
+	reports, fresh := ls.reports, ls.fresh
 	if r.load != nil {
 		for i := range ws {
 			rep, ok := r.load.Load(ws[i].Name)
@@ -257,7 +274,8 @@ func (r *Router) decide(ctx context.Context, req *Request, ws Workers, commit bo
 	}
 
 	r.mu.Lock()
-	states := make([]*workerState, n)
+	r.states = grow(r.states, n)
+	states := r.states
 	for i := range ws {
 		states[i] = r.state(ws[i].Name)
 	}
@@ -347,10 +365,11 @@ func (r *Router) applyText(d *Decision, states []*workerState, chain []uint64, n
 // their summed step budget.
 func (r *Router) view(d *Decision, ws Workers, states []*workerState, reports []LoadReport, fresh []bool, bs int, now time.Time) *view {
 	n := len(states)
-	v := &view{cfg: &r.cfg, cands: d.Candidates, loads: make([]ledgerLoad, n), uncached: make([]float64, n), work: make([]workload, n), kvWait: make([]time.Duration, n),
-		factor: make([]float64, n), prompt: d.PromptTokens, blockSize: bs, seq: r.seq}
+	v := &r.vs
+	*v = view{cfg: &r.cfg, cands: d.Candidates, loads: grow(v.loads, n), uncached: grow(v.uncached, n), work: grow(v.work, n),
+		kvWait: grow(v.kvWait, n), factor: grow(v.factor, n), models: grow(v.models, n), prompt: d.PromptTokens, blockSize: bs, seq: r.seq}
 	known, sum := 0, 0.0
-	models := make([]StepModel, n)
+	models := v.models
 	for i, st := range states {
 		models[i] = st.cal.model()
 		m := models[i]
@@ -580,6 +599,17 @@ func (r *Router) Forget(worker string) bool {
 // maxTTFT bounds the outcomes calibration believes: a longer "time to
 // first token" is a broken measurement, not a slow engine.
 const maxTTFT = time.Hour
+
+// grow returns s resized to n zeroed elements, reusing its storage when
+// it is large enough.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
 
 // seconds converts a prediction to a Duration, saturating far below
 // overflow so that an absurd model can never produce a negative time.
