@@ -16,7 +16,7 @@ func TestWriteSkewedTrace(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl")
 	for _, p := range []string{a, b} {
-		if err := writeSkewedTrace(p, 500, 2, 0.8, 3); err != nil {
+		if err := writeSkewedTrace(p, 500, 2, 0.8, 3, 3); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -32,7 +32,7 @@ func TestWriteSkewedTrace(t *testing.T) {
 	hot := 0
 	last := -1
 	for _, r := range recs {
-		if len(r.HashIDs) == 17 && slices.Equal(r.HashIDs[:16], []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}) {
+		if len(r.HashIDs) == 19 && slices.Equal(r.HashIDs[:16], []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}) {
 			hot++
 		}
 		if r.InputTokens != 512*len(r.HashIDs) {

@@ -127,7 +127,24 @@ func scenarios(repoRoot string) []*scenario {
 			prepare: func(s *scenario, dir string) error {
 				p := filepath.Join(dir, "skewed-trace.jsonl")
 				s.replay.Workload.Trace.Path = p
-				return writeSkewedTrace(p, 240, 2, 0.8, 3)
+				return writeSkewedTrace(p, 240, 2, 0.8, 1, 3)
+			},
+		},
+		{
+			name:  "skewed-heavy",
+			title: "Skewed, heavy: one hot 8K-token prefix with 1.5K-token tails, 3 L40S-like workers",
+			about: "The case longest-prefix routing overloads: as the skewed trace, but each hot request adds 1,536 unique " +
+				"tokens and requests arrive at 2.5/s, so the hot prefix's own prefill work (80% × 2.5/s × 1,536 tokens × 0.3 ms) " +
+				"is about 0.9 of one worker's prefill time, before its steps' overheads and decodes. One worker holding the " +
+				"prefix saturates; three holding it run at about a third each. 240 requests, 128 output tokens.",
+			workers:   workers(3, "l40s-27b-fp8", nil),
+			timeScale: 10,
+			replay: replay.Config{Seed: 4, Workload: skew, SLO: mustSLO("ttft:p90<=8s"),
+				Load: replay.LoadConfig{Kind: replay.LoadTrace, TimeScale: 1}},
+			prepare: func(s *scenario, dir string) error {
+				p := filepath.Join(dir, "skewed-trace.jsonl")
+				s.replay.Workload.Trace.Path = p
+				return writeSkewedTrace(p, 240, 2.5, 0.8, 3, 4)
 			},
 		},
 		{
@@ -193,8 +210,8 @@ func scenarios(repoRoot string) []*scenario {
 
 // writeSkewedTrace writes a Mooncake-format trace of n requests at rate
 // (Poisson): a hot fraction share the same 16 leading hash ids (8,192
-// tokens) and add one unique id; the others are 4 unique ids.
-func writeSkewedTrace(path string, n int, rate, hot float64, seed uint64) error {
+// tokens) and add tail unique ids; the others are 4 unique ids.
+func writeSkewedTrace(path string, n int, rate, hot float64, tail int, seed uint64) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("skewed trace: %w", err)
@@ -210,8 +227,10 @@ func writeSkewedTrace(path string, n int, rate, hot float64, seed uint64) error 
 			for i := range 16 {
 				ids = append(ids, i)
 			}
-			ids = append(ids, next)
-			next++
+			for range tail {
+				ids = append(ids, next)
+				next++
+			}
 		} else {
 			for range 4 {
 				ids = append(ids, next)
