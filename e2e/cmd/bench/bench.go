@@ -20,6 +20,7 @@ import (
 	"github.com/warmpath/warmpath/e2e/harness"
 	"github.com/warmpath/warmpath/e2e/replay"
 	"github.com/warmpath/warmpath/e2e/vllmsim"
+	"github.com/warmpath/warmpath/scoring"
 )
 
 // allPolicies is every policy in table order: the product's, then the oracle.
@@ -191,6 +192,27 @@ func writeReports(dir string, results []harness.PolicyResult) error {
 	return nil
 }
 
+// recordJSON is a harness.Record as JSON can hold it: a policy's score
+// may be infinite (a candidate it rules out), which is written as null.
+type recordJSON struct {
+	harness.Record
+	Chosen     candidateJSON
+	Candidates []candidateJSON
+}
+
+type candidateJSON struct {
+	scoring.Candidate
+	Score *float64
+}
+
+func candidateOf(c scoring.Candidate) candidateJSON {
+	out := candidateJSON{Candidate: c}
+	if !math.IsInf(c.Score, 0) && !math.IsNaN(c.Score) {
+		out.Score = &c.Score
+	}
+	return out
+}
+
 // writeRecords writes one JSON line per routed request: what the picker
 // predicted for the chosen worker (in wall time, as warmpath measured it)
 // next to what happened.
@@ -202,7 +224,11 @@ func writeRecords(path string, rs []harness.Record) error {
 	w := bufio.NewWriter(f)
 	enc := json.NewEncoder(w)
 	for i := range rs {
-		if err := enc.Encode(&rs[i]); err != nil {
+		rec := recordJSON{Record: rs[i], Chosen: candidateOf(rs[i].Chosen)}
+		for _, c := range rs[i].Candidates {
+			rec.Candidates = append(rec.Candidates, candidateOf(c))
+		}
+		if err := enc.Encode(&rec); err != nil {
 			f.Close()
 			return fmt.Errorf("write decisions: %w", err)
 		}

@@ -2,13 +2,17 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/warmpath/warmpath/e2e/harness"
 	"github.com/warmpath/warmpath/e2e/replay"
+	"github.com/warmpath/warmpath/scoring"
 )
 
 func TestWriteSkewedTrace(t *testing.T) {
@@ -130,3 +134,32 @@ func TestRunRejectsUnknownNames(t *testing.T) {
 type nopWriter struct{}
 
 func (*nopWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestWriteRecordsInfiniteScore: a policy that rules a candidate out gives
+// it an infinite score, which JSON cannot hold; it is written as null.
+func TestWriteRecordsInfiniteScore(t *testing.T) {
+	t.Parallel()
+	p := filepath.Join(t.TempDir(), "d.jsonl")
+	c := scoring.Candidate{Worker: "w0", Score: math.Inf(1)}
+	rs := []harness.Record{{Seq: 0, Worker: "w1", Chosen: scoring.Candidate{Worker: "w1", Score: 2}, Candidates: []scoring.Candidate{c}}}
+	if err := writeRecords(p, rs); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Chosen     struct{ Score *float64 }
+		Candidates []struct {
+			Worker string
+			Score  *float64
+		}
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Chosen.Score == nil || *got.Chosen.Score != 2 || len(got.Candidates) != 1 || got.Candidates[0].Score != nil || got.Candidates[0].Worker != "w0" {
+		t.Errorf("decoded %s", b)
+	}
+}
