@@ -114,39 +114,17 @@ func scenarios(repoRoot string) []*scenario {
 			replay: replay.Config{Seed: 7, Workload: llmd, SLO: mustSLO("ttft:p90<=2s"),
 				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 3}},
 		},
-		{
-			name:  "skewed-hot-prefix",
-			title: "Skewed: one hot 8K-token prefix on 80% of requests, 3 L40S-like workers",
-			about: "A generated Mooncake-format trace (seeded; written next to the results): 240 requests, Poisson at 2 " +
-				"requests/s; 80% start with the same 8,192-token prefix followed by a unique 512-token tail, 20% are unique " +
+		skewed("skewed-hot-prefix", "Skewed: one hot 8K-token prefix on 80% of requests, 3 L40S-like workers",
+			"A generated Mooncake-format trace (seeded; written next to the results): 240 requests, Poisson at 2 "+
+				"requests/s; 80% start with the same 8,192-token prefix followed by a unique 512-token tail, 20% are unique "+
 				"2,048-token prompts; 128 output tokens. Longest-prefix routing sends every hot request to one worker.",
-			workers:   workers(3, "l40s-27b-fp8", nil),
-			timeScale: 10,
-			replay: replay.Config{Seed: 3, Workload: skew, SLO: mustSLO("ttft:p90<=8s"),
-				Load: replay.LoadConfig{Kind: replay.LoadTrace, TimeScale: 1}},
-			prepare: func(s *scenario, dir string) error {
-				p := filepath.Join(dir, "skewed-trace.jsonl")
-				s.replay.Workload.Trace.Path = p
-				return writeSkewedTrace(p, 240, 2, 0.8, 1, 3)
-			},
-		},
-		{
-			name:  "skewed-heavy",
-			title: "Skewed, heavy: one hot 8K-token prefix with 1.5K-token tails, 3 L40S-like workers",
-			about: "The case longest-prefix routing overloads: as the skewed trace, but each hot request adds 1,536 unique " +
-				"tokens and requests arrive at 2.5/s, so the hot prefix's own prefill work (80% × 2.5/s × 1,536 tokens × 0.3 ms) " +
-				"is about 0.9 of one worker's prefill time, before its steps' overheads and decodes. One worker holding the " +
+			skew, 2, 1, 3),
+		skewed("skewed-heavy", "Skewed, heavy: one hot 8K-token prefix with 1.5K-token tails, 3 L40S-like workers",
+			"The case longest-prefix routing overloads: as the skewed trace, but each hot request adds 1,536 unique "+
+				"tokens and requests arrive at 2.5/s, so the hot prefix's own prefill work (80% × 2.5/s × 1,536 tokens × 0.3 ms) "+
+				"is about 0.9 of one worker's prefill time, before its steps' overheads and decodes. One worker holding the "+
 				"prefix saturates; three holding it run at about a third each. 240 requests, 128 output tokens.",
-			workers:   workers(3, "l40s-27b-fp8", nil),
-			timeScale: 10,
-			replay: replay.Config{Seed: 4, Workload: skew, SLO: mustSLO("ttft:p90<=8s"),
-				Load: replay.LoadConfig{Kind: replay.LoadTrace, TimeScale: 1}},
-			prepare: func(s *scenario, dir string) error {
-				p := filepath.Join(dir, "skewed-trace.jsonl")
-				s.replay.Workload.Trace.Path = p
-				return writeSkewedTrace(p, 240, 2.5, 0.8, 3, 4)
-			},
-		},
+			skew, 2.5, 3, 4),
 		{
 			name:  "independent",
 			title: "Independent prompts: no shared prefix, 3 L40S-like workers",
@@ -204,6 +182,24 @@ func scenarios(repoRoot string) []*scenario {
 					Question: replay.Dist{Mean: 256}, Output: replay.Dist{Mean: 64}}
 				return w
 			}(), SLO: mustSLO("ttft:p90<=8s"), Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 0.5}},
+		},
+	}
+}
+
+// skewed is a scenario replaying a generated skewed trace (see
+// writeSkewedTrace) of 240 requests at rate, 80% of them behind the hot
+// prefix with tail unique 512-token blocks, on 3 L40S-like workers.
+func skewed(name, title, about string, workload replay.WorkloadConfig, rate float64, tail int, seed int64) *scenario {
+	return &scenario{
+		name: name, title: title, about: about,
+		workers:   workers(3, "l40s-27b-fp8", nil),
+		timeScale: 10,
+		replay: replay.Config{Seed: seed, Workload: workload, SLO: mustSLO("ttft:p90<=8s"),
+			Load: replay.LoadConfig{Kind: replay.LoadTrace, TimeScale: 1}},
+		prepare: func(s *scenario, dir string) error {
+			p := filepath.Join(dir, "skewed-trace.jsonl")
+			s.replay.Workload.Trace.Path = p
+			return writeSkewedTrace(p, 240, rate, 0.8, tail, uint64(seed))
 		},
 	}
 }
