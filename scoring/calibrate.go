@@ -72,6 +72,15 @@ func (c *calibrator) model() StepModel {
 // so that no cost becomes zero or negative.
 const minTheta = 0.02
 
+// restart drops the data and takes centre (prior-relative) as both the
+// model and what the fit is regularised towards, until new outcomes say
+// otherwise: they outweigh it from the first one.
+func (c *calibrator) restart(centre [numParams]float64) {
+	c.a, c.b = [numParams][numParams]float64{}, [numParams]float64{}
+	c.centre, c.theta = centre, centre
+	c.run = 0
+}
+
 // system returns the regularised normal equations.
 func (c *calibrator) system() (a [numParams][numParams]float64, b [numParams]float64) {
 	a, b = c.a, c.b

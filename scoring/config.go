@@ -83,6 +83,14 @@ type Config struct {
 	// within this share of the best prediction. Default 0.5.
 	ColdTieRel float64 `yaml:"cold_tie_rel"`
 
+	// IdleRelax is how long a worker may go without an outcome, with
+	// nothing in flight, while other workers have outcomes, before its
+	// calibration restarts from the pool's typical model (the median of
+	// the workers with outcomes in that time): a worker once judged slow
+	// gets a request again and is measured anew, once per period. A pool
+	// that is idle as a whole keeps its models. 0 disables it. Default 30 s.
+	IdleRelax time.Duration `yaml:"idle_relax"`
+
 	// OffloadCost is the cost of one offloaded (non-GPU) cached token as a
 	// fraction of computing it. Default 0.25.
 	OffloadCost float64 `yaml:"offload_cost"`
@@ -144,6 +152,7 @@ func DefaultConfig() Config {
 		TieRel:            0.05,
 		TieAbs:            5 * time.Millisecond,
 		ColdTieRel:        0.5,
+		IdleRelax:         30 * time.Second,
 		OffloadCost:       0.25,
 		KVHigh:            0.9,
 		KVPenalty:         1,
@@ -213,6 +222,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.TieRel >= 0) || c.TieAbs < 0 || !(c.ColdTieRel >= 0) {
 		bad("tie_rel, tie_abs, cold_tie_rel: %v, %v, %v must not be negative", c.TieRel, c.TieAbs, c.ColdTieRel)
+	}
+	if c.IdleRelax < 0 {
+		bad("idle_relax: %v is negative", c.IdleRelax)
 	}
 	if !(c.OffloadCost >= 0 && c.OffloadCost <= 1) {
 		bad("offload_cost: %v is not in [0, 1]", c.OffloadCost)

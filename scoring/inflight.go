@@ -98,6 +98,9 @@ type workerState struct {
 	// lastFirst is when the worker last reported a first token: the
 	// prefill work still pending started no earlier.
 	lastFirst time.Time
+	// lastOutcome is when the worker's last outcome was learned and
+	// lastRelax when its calibration was last relaxed for idleness.
+	lastOutcome, lastRelax time.Time
 	// avgDecode is the mean time from first token to end and avgOut the
 	// mean completion tokens, over outcomes; 0 until one is seen.
 	avgDecode float64

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -282,6 +283,9 @@ func (r *Router) decide(ctx context.Context, req *Request, ws Workers, commit bo
 	if ids == nil && chain != nil {
 		r.applyText(d, states, chain, now)
 	}
+	if commit {
+		r.relaxIdle(states, now)
+	}
 	v := r.view(d, ws, states, reports, fresh, bs, now)
 	if cap(r.scratch) < n {
 		r.scratch = make([]float64, n)
@@ -423,6 +427,59 @@ func (r *Router) view(d *Decision, ws Workers, states []*workerState, reports []
 	return v
 }
 
+// relaxIdle restarts, from the typical model of the workers with recent
+// outcomes, the calibration of each candidate that has gone IdleRelax
+// without an outcome and has nothing in flight, once per period. Without
+// it, a worker the model once judged slow would get no request, and so no
+// chance to be measured again. Nothing restarts while no worker has a
+// recent outcome.
+func (r *Router) relaxIdle(states []*workerState, now time.Time) {
+	period := r.cfg.IdleRelax
+	if period <= 0 {
+		return
+	}
+	var centre *[numParams]float64
+	for _, st := range states {
+		if st.cal.n == 0 || len(st.inflight) > 0 || now.Sub(st.lastOutcome) < period || now.Sub(st.lastRelax) < period {
+			continue
+		}
+		if centre == nil {
+			c, ok := r.typicalTheta(now)
+			if !ok {
+				return
+			}
+			centre = &c
+		}
+		st.cal.restart(*centre)
+		st.lastRelax = now
+	}
+}
+
+// typicalTheta is the per-parameter median of the calibrated models of
+// the workers with an outcome within IdleRelax, prior-relative; false when
+// there are none.
+func (r *Router) typicalTheta(now time.Time) ([numParams]float64, bool) {
+	var out [numParams]float64
+	var recent []*calibrator
+	for _, st := range r.workers {
+		if st.cal.n > 0 && now.Sub(st.lastOutcome) < r.cfg.IdleRelax {
+			recent = append(recent, st.cal)
+		}
+	}
+	if len(recent) == 0 {
+		return out, false
+	}
+	vals := make([]float64, len(recent))
+	for i := range out {
+		for j, c := range recent {
+			vals[j] = c.theta[i]
+		}
+		slices.Sort(vals)
+		out[i] = vals[len(vals)/2]
+	}
+	return out, true
+}
+
 // reserve records the decision as in flight on the chosen worker.
 func (r *Router) reserve(d *Decision, v *view, st *workerState, idx int, exact, stream bool, now time.Time) {
 	c := d.Candidates[idx]
@@ -470,6 +527,7 @@ func (r *Router) Done(d *Decision, o Outcome) {
 	)
 	if learnOK {
 		l = r.learn(st, a, o)
+		st.lastOutcome = now
 	}
 	r.mu.Unlock()
 

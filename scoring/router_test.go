@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -803,5 +804,54 @@ func TestScrapeCountsRecentlyEnded(t *testing.T) {
 	}
 	if c := d.Candidates[0]; c.Decoding != 2 {
 		t.Errorf("after a new scrape: decoding %d, want 2", c.Decoding)
+	}
+}
+
+// TestIdleWorkerRelaxes: a worker calibrated 3× slower during a bad spell
+// gets no requests; once it has been idle for IdleRelax periods its model
+// relaxes towards the pool's, it gets a request again, and what it then
+// shows decides.
+func TestIdleWorkerRelaxes(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	ws := pool(2)
+	e := engine{o: 0.006, p: 40e-6, d: 150e-6, c: 4e-9, f: 0.003, budget: 8192}
+	rng := rand.New(rand.NewPCG(9, 9))
+	run := func(n int, slowW0 float64) map[string]int {
+		got := map[string]int{}
+		for range n {
+			ids := prompt(1000+rng.IntN(1<<20), 0, 1024)
+			d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: ids}, ws)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[d.Worker]++
+			f := 1.0
+			if d.Worker == "w0" {
+				f = slowW0
+			}
+			w := workload{prompt: 1024, budget: 8192}
+			ttft := f * e.ttft(w)
+			g.clock.Advance(time.Duration(ttft * 1e9))
+			g.r.Done(d, Outcome{End: EndCompleted, TTFT: time.Duration(ttft * 1e9), Duration: time.Duration(ttft * 1e9),
+				PromptTokens: 1024, CachedTokens: 0})
+		}
+		return got
+	}
+	run(60, 3) // w0 has a bad spell and is learned 3× slower
+	if got := run(200, 1); got["w0"] != 0 {
+		t.Fatalf("w0 judged slow still got %d of 200 requests within the idle period", got["w0"])
+	}
+	// Idle for a few periods while the spell is over: w0 must be tried again.
+	tried := 0
+	for range 6 {
+		g.clock.Advance(DefaultConfig().IdleRelax)
+		tried += run(20, 1)["w0"]
+	}
+	if tried == 0 {
+		t.Fatal("w0 got no request after three minutes idle: a worker once judged slow is never measured again")
+	}
+	if got := run(200, 1); got["w0"] < 60 {
+		t.Errorf("w0, fast again and measured, got %d of 200 requests; want a fair share", got["w0"])
 	}
 }
