@@ -17,6 +17,7 @@ type metrics struct {
 	cachedGap      *prometheus.GaugeVec     // worker: 1 while a gap is reported
 	outliers       prometheus.Counter       // observations down-weighted
 	resets         prometheus.Counter       // calibration covariance resets
+	idleRestarts   prometheus.Counter       // calibrations restarted after idleness
 	loadReports    *prometheus.CounterVec   // state: fresh, stale, missing
 	staleIndex     prometheus.Counter       // candidates whose index view was stale
 	shadowRegret   *prometheus.HistogramVec // policy
@@ -54,6 +55,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "calibration_outliers_total", Help: "Outcomes down-weighted as outliers by calibration."}),
 		resets: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "calibration_resets_total", Help: "Runs of same-sign outliers taken as a worker changing speed, which restart its fit from the prior's uncertainty."}),
+		idleRestarts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "calibration_idle_restarts_total", Help: "Calibrations restarted from the pool's median model because the worker had no outcome for idle_relax while others had."}),
 		loadReports: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "load_reports_total", Help: "Scraped load looked up per candidate: fresh, stale or missing."}, []string{"state"}),
 		staleIndex: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -75,7 +78,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.loadStale = m.loadReports.WithLabelValues("stale")
 	m.loadMissing = m.loadReports.WithLabelValues("missing")
 	for _, c := range []prometheus.Collector{m.decisions, m.inflight, m.outcomes, m.unknownDone, m.relError,
-		m.cachedCheck, m.cachedGap, m.outliers, m.resets, m.loadReports, m.staleIndex, m.shadowRegret, m.shadowAgree,
+		m.cachedCheck, m.cachedGap, m.outliers, m.resets, m.idleRestarts, m.loadReports, m.staleIndex, m.shadowRegret, m.shadowAgree,
 		m.prefillPerTok, m.stepOverhead, m.tokenizeErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register scoring metrics: %w", err)

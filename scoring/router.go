@@ -452,6 +452,7 @@ func (r *Router) relaxIdle(states []*workerState, now time.Time) {
 		}
 		st.cal.restart(*centre)
 		st.lastRelax = now
+		r.m.idleRestarts.Inc()
 	}
 }
 

@@ -851,6 +851,9 @@ func TestIdleWorkerRelaxes(t *testing.T) {
 	if tried == 0 {
 		t.Fatal("w0 got no request after three minutes idle: a worker once judged slow is never measured again")
 	}
+	if n := testutil.ToFloat64(g.r.m.idleRestarts); n == 0 {
+		t.Error("no idle restart counted")
+	}
 	if got := run(200, 1); got["w0"] < 60 {
 		t.Errorf("w0, fast again and measured, got %d of 200 requests; want a fair share", got["w0"])
 	}
