@@ -268,7 +268,7 @@ func (s *workerState) load(now time.Time, r LoadReport, fresh bool, blockSize in
 	// when it was taken.
 	s.pruneEnded(r.Scraped)
 	for _, e := range s.ended {
-		if !e.ended.After(r.Scraped) || e.decided.After(r.Scraped) {
+		if e.decided.After(r.Scraped) {
 			continue
 		}
 		if e.start.After(r.Scraped) && e.first.After(r.Scraped) {

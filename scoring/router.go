@@ -287,10 +287,8 @@ func (r *Router) decide(ctx context.Context, req *Request, ws Workers, commit bo
 		r.relaxIdle(states, now)
 	}
 	v := r.view(d, ws, states, reports, fresh, bs, now)
-	if cap(r.scratch) < n {
-		r.scratch = make([]float64, n)
-	}
-	score := r.scratch[:n]
+	r.scratch = grow(r.scratch, n)
+	score := r.scratch
 	idx, why := r.policy.choose(v, score)
 	for i := range d.Candidates {
 		d.Candidates[i].Score = score[i]
