@@ -680,8 +680,14 @@ func (m Match) CachedTokens() int { return m.GPUTokens + m.OffloadedTokens }
 // When several ranks of a worker hit, the one with the longest prefix
 // wins. Lookup stops at the first block no worker holds.
 func (ix *Index) Lookup(key ChainKey, tokens []uint32, blockSize int) []Match {
+	return ix.AppendLookup(nil, key, tokens, blockSize)
+}
+
+// AppendLookup is Lookup appending its matches to dst, so that a caller
+// that reuses dst makes a lookup allocate nothing.
+func (ix *Index) AppendLookup(dst []Match, key ChainKey, tokens []uint32, blockSize int) []Match {
 	if blockSize < 1 || len(tokens) <= blockSize {
-		return nil
+		return dst
 	}
 	start := time.Now()
 	limit := (len(tokens) - 1) / blockSize
@@ -704,7 +710,10 @@ func (ix *Index) Lookup(key ChainKey, tokens []uint32, blockSize int) []Match {
 		h: key.root(), chunk: 16, now: ix.now().UnixNano(), depthAny: depthAny, depthGPU: depthGPU}
 	matched := w.walk()
 	ix.logTouches(path[:matched])
-	out := make([]Match, 0, min(ix.maxSlots, 64))
+	if dst == nil {
+		dst = make([]Match, 0, min(ix.maxSlots, 64))
+	}
+	out := dst
 	var byWorker map[string]int // only with data-parallel ranks
 	if ix.ranked > 0 {
 		byWorker = make(map[string]int)

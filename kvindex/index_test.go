@@ -187,6 +187,15 @@ func TestLookupCases(t *testing.T) {
 			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Errorf("got %v\nwant %v", got, tc.want)
 			}
+			// AppendLookup keeps what dst holds and appends the same matches.
+			sentinel := Match{Worker: "sentinel", GPUTokens: -1}
+			app := ix.AppendLookup([]Match{sentinel}, mkey, tc.prompt, testBlock)
+			if len(app) == 0 || app[0] != sentinel {
+				t.Fatalf("AppendLookup dropped dst's contents: %v", app)
+			}
+			if want := ix.Lookup(mkey, tc.prompt, testBlock); fmt.Sprint(app[1:]) != fmt.Sprint(want) && !(len(want) == 0 && len(app) == 1) {
+				t.Errorf("AppendLookup appended %v, Lookup returned %v", app[1:], want)
+			}
 		})
 	}
 }

@@ -14,10 +14,25 @@ import (
 )
 
 // prefixIndex adapts the KV-cache index to what scoring consumes.
-type prefixIndex struct{ ix *kvindex.Index }
+type prefixIndex struct {
+	ix *kvindex.Index
+	// bufs holds *[]kvindex.Match for AppendLookup, so that a lookup's
+	// only allocation is the matches scoring receives.
+	bufs *sync.Pool
+}
+
+func newPrefixIndex(ix *kvindex.Index) prefixIndex {
+	return prefixIndex{ix: ix, bufs: &sync.Pool{New: func() any { return new([]kvindex.Match) }}}
+}
 
 func (p prefixIndex) Lookup(k scoring.CacheKey, ids []uint32, blockSize int) []scoring.PrefixMatch {
-	ms := p.ix.Lookup(kvindex.ChainKey{Model: k.Model, LoRA: k.LoRA, Salt: k.Salt}, ids, blockSize)
+	buf := p.bufs.Get().(*[]kvindex.Match)
+	defer p.bufs.Put(buf)
+	ms := p.ix.AppendLookup((*buf)[:0], kvindex.ChainKey{Model: k.Model, LoRA: k.LoRA, Salt: k.Salt}, ids, blockSize)
+	*buf = ms
+	if len(ms) == 0 {
+		return nil
+	}
 	out := make([]scoring.PrefixMatch, len(ms))
 	for i, m := range ms {
 		out[i] = scoring.PrefixMatch{Worker: m.Worker, GPUTokens: m.GPUTokens, OffloadedTokens: m.OffloadedTokens}

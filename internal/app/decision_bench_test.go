@@ -70,7 +70,7 @@ func BenchmarkDecisionRealIndex(b *testing.B) {
 	now := time.Unix(1_000_000, 0)
 	*load.at = now
 	r, err := scoring.New(scoring.PolicyWarmpath, scoring.DefaultConfig(),
-		scoring.Deps{Index: prefixIndex{ix}, Load: load, Registerer: prometheus.NewRegistry()},
+		scoring.Deps{Index: newPrefixIndex(ix), Load: load, Registerer: prometheus.NewRegistry()},
 		scoring.WithClock(func() time.Time { return now }))
 	if err != nil {
 		b.Fatal(err)

@@ -73,7 +73,7 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	}
 	router, err := scoring.New(cfg.Policy, cfg.scoringConfig(), scoring.Deps{
 		Tokens:     tokens,
-		Index:      prefixIndex{index},
+		Index:      newPrefixIndex(index),
 		Load:       engineLoad{scraper},
 		Registerer: reg,
 		Logger:     log.With("component", "scoring"),
