@@ -165,7 +165,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			var pe *protocolError
 			if errors.As(err, &pe) {
 				s.m.streamErrors.WithLabelValues("out_of_order").Inc()
-				ex.trace.fail(err)
+				ex.trace.fail(err, ex.s.now())
 				s.log.Warn("ext_proc protocol error", "request_id", ex.req.ID, "err", err)
 				return status.Error(codes.FailedPrecondition, err.Error())
 			}

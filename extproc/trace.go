@@ -33,15 +33,13 @@ const maxCandidateAttrs = 64
 // tracing is a Server's span machinery; a nil *tracing means tracing is
 // off and every hook returns at once.
 type tracing struct {
-	tracer  trace.Tracer
+	tracer  *telemetry.Tracer
 	prop    propagation.TextMapPropagator
 	semconv telemetry.Semconv
 	// capture puts the request's messages or prompt on the GenAI span.
 	capture bool
-	// serverKind and clientKind are the span-kind start options, built once.
-	serverKind, clientKind trace.SpanStartOption
-	// traces recycles *requestTrace values, with their attribute buffers,
-	// from ended requests.
+	// traces recycles *requestTrace values, with their scratch, from
+	// ended requests.
 	traces sync.Pool
 }
 
@@ -58,54 +56,34 @@ func WithTracing(p *telemetry.Provider, capturePrompts bool) Option {
 		if !p.Enabled() {
 			return
 		}
-		s.tr = &tracing{tracer: p.Tracer(tracerName), prop: p.Propagator(), semconv: p.Semconv(), capture: capturePrompts,
-			serverKind: trace.WithSpanKind(trace.SpanKindServer), clientKind: trace.WithSpanKind(trace.SpanKindClient)}
+		s.tr = &tracing{tracer: p.Tracer(tracerName), prop: p.Propagator(), semconv: p.Semconv(), capture: capturePrompts}
 		s.tr.traces.New = func() any { return new(requestTrace) }
 	}
 }
 
-// Attribute counts, at most, of one request's spans; the buffers of a
-// requestTrace hold that many without growing.
-const (
-	// serverAttrCap: 4 at the request headers, 12 at the decision, 2 when
-	// rejected, 1 at the end.
-	serverAttrCap = 19
-	// clientAttrCap: 13 at the decision, 11 at the outcome.
-	clientAttrCap = 24
-)
-
 // requestTrace is the spans of one exchange: the SERVER span for the stream
 // and the GenAI CLIENT span for the upstream call, once a worker is chosen.
 // Methods on a nil *requestTrace do nothing. After end it goes back to its
-// tracing's pool and must not be used.
+// tracing's pool and must not be used; its spans, once ended, belong to the
+// exporter.
 //
-// Each span's attributes are collected here and set in one SetAttributes
-// call when the span ends: the SDK then copies them once into a slice of the
-// right size, where options at Start and later calls would copy and grow
-// its list several times. The buffers and option slices live in the struct
-// so that a recycled requestTrace needs no allocation of its own.
+// Each attribute key is set at most once per span (telemetry.Span does not
+// deduplicate): the hooks below run once each, in order, and set disjoint
+// keys.
 type requestTrace struct {
 	t      *tracing
-	server trace.Span
-	client trace.Span // nil until decided, and again once ended
+	server *telemetry.Span
+	client *telemetry.Span // nil until decided, and again once ended
 	// bag is the baggage that came with the parent context; it goes
 	// upstream with the CLIENT span's context.
 	bag baggage.Baggage
-	// serverAttrs and clientAttrs collect the spans' attributes, backed by
-	// serverBuf and clientBuf.
-	serverAttrs, clientAttrs []attribute.KeyValue
-	serverBuf                [serverAttrCap]attribute.KeyValue
-	clientBuf                [clientAttrCap]attribute.KeyValue
+	// rejectedStatus says rejected set the SERVER span's error.type.
+	rejectedStatus bool
 	// names, ttfts and cached are scratch for the per-candidate attributes,
 	// whose values copy them.
 	names  []string
 	ttfts  []float64
 	cached []int64
-	// startOpts, eventOpts and endOpts back the variadic options passed to
-	// the tracer and spans, which would otherwise be allocated per call.
-	startOpts [2]trace.SpanStartOption
-	eventOpts [1]trace.EventOption
-	endOpts   [1]trace.SpanEndOption
 }
 
 // release clears rt, keeping its scratch slices' storage, and puts it back
@@ -115,25 +93,6 @@ func (t *tracing) release(rt *requestTrace) {
 	clear(names[:cap(names)])
 	*rt = requestTrace{names: names, ttfts: ttfts, cached: cached}
 	t.traces.Put(rt)
-}
-
-// startOptions returns start options for a span of the given kind starting
-// at ts, backed by rt.startOpts.
-func (rt *requestTrace) startOptions(kind trace.SpanStartOption, ts time.Time) []trace.SpanStartOption {
-	rt.startOpts = [2]trace.SpanStartOption{kind, trace.WithTimestamp(ts)}
-	return rt.startOpts[:]
-}
-
-// at returns the event option for ts, backed by rt.eventOpts.
-func (rt *requestTrace) at(ts time.Time) []trace.EventOption {
-	rt.eventOpts[0] = trace.WithTimestamp(ts)
-	return rt.eventOpts[:]
-}
-
-// endAt returns the end option for ts, backed by rt.endOpts.
-func (rt *requestTrace) endAt(ts time.Time) []trace.SpanEndOption {
-	rt.endOpts[0] = trace.WithTimestamp(ts)
-	return rt.endOpts[:]
 }
 
 // headerCarrier reads trace-context headers from Envoy's request headers.
@@ -223,13 +182,11 @@ func (t *tracing) start(ctx context.Context, hs []*corev3.HeaderValue, r *scorin
 	rt.t = t
 	parent := t.parent(ctx, hs)
 	rt.bag = baggage.FromContext(parent)
-	_, rt.server = t.tracer.Start(parent, serverSpanName, rt.startOptions(t.serverKind, r.Arrived)...)
-	if rt.server.IsRecording() {
-		rt.serverAttrs = append(rt.serverBuf[:0], telemetry.GenAIRequestID.String(r.ID), telemetry.URLPath.String(r.Path),
-			attribute.String("http.request.method", method))
-		if r.Tenant != "" {
-			rt.serverAttrs = append(rt.serverAttrs, telemetry.Tenant.String(r.Tenant))
-		}
+	rt.server = t.tracer.Start(trace.SpanContextFromContext(parent), serverSpanName, trace.SpanKindServer, r.Arrived)
+	rt.server.SetAttributes(telemetry.GenAIRequestID.String(r.ID), telemetry.URLPath.String(r.Path),
+		attribute.String("http.request.method", method))
+	if r.Tenant != "" {
+		rt.server.SetAttributes(telemetry.Tenant.String(r.Tenant))
 	}
 	return rt
 }
@@ -238,14 +195,13 @@ func seconds(d time.Duration) float64 { return d.Seconds() }
 
 // decided records the decision on the SERVER span, opens the GenAI CLIENT
 // span for the upstream call and injects its context into hm, so the
-// worker's own spans nest under it. The CLIENT span's attributes are set
-// when it ends (the samplers warmpath configures do not read attributes).
+// worker's own spans nest under it.
 func (rt *requestTrace) decided(r *scoring.Request, d *scoring.Decision, hm *extprocv3.HeaderMutation, now time.Time) {
 	if rt == nil {
 		return
 	}
-	if rt.server.IsRecording() {
-		attrs := append(rt.serverAttrs,
+	if srv := rt.server; srv.IsRecording() {
+		srv.SetAttributes(
 			telemetry.Policy.String(d.Policy),
 			telemetry.Mode.String(string(d.Mode)),
 			telemetry.TokenizePath.String(d.TokenizePath),
@@ -254,13 +210,13 @@ func (rt *requestTrace) decided(r *scoring.Request, d *scoring.Decision, hm *ext
 			telemetry.Reason.String(d.Reason),
 		)
 		if d.TokenizeReason != "" {
-			attrs = append(attrs, telemetry.TokenizeReason.String(d.TokenizeReason))
+			srv.SetAttributes(telemetry.TokenizeReason.String(d.TokenizeReason))
 		}
 		if d.PromptTokens > 0 {
-			attrs = append(attrs, telemetry.PromptTokens.Int(d.PromptTokens))
+			srv.SetAttributes(telemetry.PromptTokens.Int(d.PromptTokens))
 		}
 		if r.Model != "" {
-			attrs = append(attrs, telemetry.GenAIRequestModel.String(r.Model))
+			srv.SetAttributes(telemetry.GenAIRequestModel.String(r.Model))
 		}
 		if n := min(len(d.Candidates), maxCandidateAttrs); n > 0 {
 			names, ttfts, cached := rt.names[:0], rt.ttfts[:0], rt.cached[:0]
@@ -270,21 +226,17 @@ func (rt *requestTrace) decided(r *scoring.Request, d *scoring.Decision, hm *ext
 				cached = append(cached, int64(c.CachedTokens))
 			}
 			// The slice attributes copy their elements; the scratch is reusable.
-			attrs = append(attrs, telemetry.CandidateWorkers.StringSlice(names),
+			srv.SetAttributes(telemetry.CandidateWorkers.StringSlice(names),
 				telemetry.CandidatePredictedTTFTs.Float64Slice(ttfts), telemetry.CandidateCachedTokens.Int64Slice(cached))
 			rt.names, rt.ttfts, rt.cached = names, ttfts, cached
 		}
-		rt.serverAttrs = attrs
 	}
-	ctx := trace.ContextWithSpan(context.Background(), rt.server)
-	if rt.bag.Len() > 0 {
-		ctx = baggage.ContextWithBaggage(ctx, rt.bag)
-	}
-	op, provider, ok := telemetry.Operation(string(r.API))
-	if ok {
-		ctx, rt.client = rt.t.tracer.Start(ctx, op+" "+r.Model, rt.startOptions(rt.t.clientKind, now)...)
-		if rt.client.IsRecording() {
-			attrs := append(rt.clientBuf[:0],
+	upstream := rt.server.Context()
+	if op, provider, ok := telemetry.Operation(string(r.API)); ok {
+		rt.client = rt.t.tracer.StartChild(rt.server, op+" "+r.Model, trace.SpanKindClient, now)
+		upstream = rt.client.Context()
+		if c := rt.client; c.IsRecording() {
+			c.SetAttributes(
 				telemetry.GenAIOperationName.String(op),
 				telemetry.GenAIProviderName.String(provider),
 				telemetry.GenAIRequestModel.String(r.Model),
@@ -295,24 +247,27 @@ func (rt *requestTrace) decided(r *scoring.Request, d *scoring.Decision, hm *ext
 				telemetry.PredictedTTFT.Float64(seconds(d.Chosen.PredictedTTFT)),
 			)
 			if host, port, err := net.SplitHostPort(d.Address); err == nil {
-				attrs = append(attrs, telemetry.ServerAddress.String(host))
+				c.SetAttributes(telemetry.ServerAddress.String(host))
 				if p, err := strconv.Atoi(port); err == nil {
-					attrs = append(attrs, telemetry.ServerPort.Int(p))
+					c.SetAttributes(telemetry.ServerPort.Int(p))
 				}
 			}
 			if r.MaxTokens > 0 {
-				attrs = append(attrs, telemetry.GenAIRequestMaxTokens.Int(r.MaxTokens))
+				c.SetAttributes(telemetry.GenAIRequestMaxTokens.Int(r.MaxTokens))
 			}
 			if r.Stream {
-				attrs = append(attrs, telemetry.GenAIRequestStream.Bool(true))
+				c.SetAttributes(telemetry.GenAIRequestStream.Bool(true))
 			}
 			if rt.t.capture {
 				if msgs := promptOf(r.Body); msgs != "" {
-					attrs = append(attrs, telemetry.GenAIInputMessages.String(msgs))
+					c.SetAttributes(telemetry.GenAIInputMessages.String(msgs))
 				}
 			}
-			rt.clientAttrs = attrs
 		}
+	}
+	ctx := trace.ContextWithSpanContext(context.Background(), upstream)
+	if rt.bag.Len() > 0 {
+		ctx = baggage.ContextWithBaggage(ctx, rt.bag)
 	}
 	rt.t.prop.Inject(ctx, mutationCarrier{hm})
 }
@@ -322,7 +277,8 @@ func (rt *requestTrace) rejected(rej *rejection) {
 	if rt == nil {
 		return
 	}
-	rt.serverAttrs = append(rt.serverAttrs, telemetry.RejectReason.String(rej.reason), telemetry.ErrorType.String(strconv.Itoa(rej.status)))
+	rt.server.SetAttributes(telemetry.RejectReason.String(rej.reason), telemetry.ErrorType.String(strconv.Itoa(rej.status)))
+	rt.rejectedStatus = true
 	rt.server.SetStatus(codes.Error, rej.reason)
 }
 
@@ -335,46 +291,43 @@ func (rt *requestTrace) ended(d *scoring.Decision, o scoring.Outcome, w *watcher
 	span := rt.client
 	rt.client = nil
 	if span.IsRecording() {
-		attrs := append(rt.clientAttrs, telemetry.Completion.String(string(o.End)))
+		span.SetAttributes(telemetry.Completion.String(string(o.End)))
 		if o.HTTPStatus != 0 {
-			attrs = append(attrs, telemetry.HTTPResponseStatusCode.Int(o.HTTPStatus))
+			span.SetAttributes(telemetry.HTTPResponseStatusCode.Int(o.HTTPStatus))
 		}
 		if o.PromptTokens >= 0 {
-			attrs = append(attrs, telemetry.GenAIUsageInputTokens.Int(o.PromptTokens))
+			span.SetAttributes(telemetry.GenAIUsageInputTokens.Int(o.PromptTokens))
 		}
 		if o.CompletionTokens >= 0 {
-			attrs = append(attrs, telemetry.GenAIUsageOutputTokens.Int(o.CompletionTokens))
+			span.SetAttributes(telemetry.GenAIUsageOutputTokens.Int(o.CompletionTokens))
 		}
 		if o.CachedTokens >= 0 {
-			attrs = append(attrs, telemetry.GenAIUsageCacheRead.Int(o.CachedTokens), telemetry.ActualCachedTokens.Int(o.CachedTokens))
+			span.SetAttributes(telemetry.GenAIUsageCacheRead.Int(o.CachedTokens), telemetry.ActualCachedTokens.Int(o.CachedTokens))
 		}
 		if o.TTFT > 0 {
-			attrs = append(attrs, telemetry.ActualTTFT.Float64(seconds(o.TTFT)))
+			span.SetAttributes(telemetry.ActualTTFT.Float64(seconds(o.TTFT)))
 			if d != nil && d.Chosen.PredictedTTFT > 0 {
-				attrs = append(attrs, telemetry.TTFTError.Float64(seconds(o.TTFT-d.Chosen.PredictedTTFT)))
+				span.SetAttributes(telemetry.TTFTError.Float64(seconds(o.TTFT - d.Chosen.PredictedTTFT)))
 			}
 			if stream {
-				attrs = append(attrs, telemetry.GenAIResponseTTFC.Float64(seconds(o.TTFT)))
+				span.SetAttributes(telemetry.GenAIResponseTTFC.Float64(seconds(o.TTFT)))
 			}
 		}
-		et := errorType(o)
-		if et != "" {
-			attrs = append(attrs, telemetry.ErrorType.String(et))
+		if et := errorType(o); et != "" {
+			span.SetAttributes(telemetry.ErrorType.String(et))
 			if o.Error != "" {
-				attrs = append(attrs, telemetry.UpstreamError.String(headerSafe(o.Error)))
+				span.SetAttributes(telemetry.UpstreamError.String(headerSafe(o.Error)))
 			}
 			span.SetStatus(codes.Error, et)
 		}
-		span.SetAttributes(attrs...)
-		rt.clientAttrs = nil
 		if w != nil && !w.firstToken.IsZero() {
-			span.AddEvent(telemetry.EventFirstToken, rt.at(w.firstToken)...)
+			span.AddEvent(telemetry.EventFirstToken, w.firstToken)
 		}
 		if w != nil && !w.lastToken.IsZero() {
-			span.AddEvent(telemetry.EventLastToken, rt.at(w.lastToken)...)
+			span.AddEvent(telemetry.EventLastToken, w.lastToken)
 		}
 	}
-	span.End(rt.endAt(now)...)
+	span.End(now)
 }
 
 // errorType is the low-cardinality error.type of an outcome, "" when it
@@ -394,11 +347,11 @@ func errorType(o scoring.Outcome) string {
 }
 
 // fail records a stream-level error.
-func (rt *requestTrace) fail(err error) {
+func (rt *requestTrace) fail(err error, now time.Time) {
 	if rt == nil {
 		return
 	}
-	rt.server.RecordError(err)
+	rt.server.RecordError(err, now)
 	rt.server.SetStatus(codes.Error, "ext_proc stream error")
 }
 
@@ -410,24 +363,18 @@ func (rt *requestTrace) end(code string, now time.Time) {
 	}
 	if rt.client != nil { // the stream ended without an outcome
 		rt.client.SetStatus(codes.Error, "aborted")
-		if rt.client.IsRecording() {
-			rt.client.SetAttributes(rt.clientAttrs...)
-		}
-		rt.client.End(rt.endAt(now)...)
+		rt.client.End(now)
 	}
 	if n, err := strconv.Atoi(code); err == nil && n > 0 {
-		rt.serverAttrs = append(rt.serverAttrs, telemetry.HTTPResponseStatusCode.Int(n))
+		rt.server.SetAttributes(telemetry.HTTPResponseStatusCode.Int(n))
 		if n >= 500 {
 			rt.server.SetStatus(codes.Error, code)
 		}
-	} else {
-		rt.serverAttrs = append(rt.serverAttrs, telemetry.ErrorType.String("aborted"))
+	} else if !rt.rejectedStatus {
+		rt.server.SetAttributes(telemetry.ErrorType.String("aborted"))
 		rt.server.SetStatus(codes.Error, "no response")
 	}
-	if rt.server.IsRecording() {
-		rt.server.SetAttributes(rt.serverAttrs...)
-	}
-	rt.server.End(rt.endAt(now)...)
+	rt.server.End(now)
 	rt.t.release(rt)
 }
 

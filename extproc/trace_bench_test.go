@@ -92,9 +92,9 @@ func BenchmarkRequestTracing(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			var opts []Option
 			if mode == "on" {
-				tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-				b.Cleanup(func() { tp.Shutdown(context.Background()) })
-				opts = append(opts, WithTracing(telemetry.NewProvider(tp, telemetry.Semconv{}, tp.Shutdown), false))
+				p := telemetry.NewProvider(discardExporter{}, telemetry.Semconv{}, telemetry.SpanOptions{Sampler: sdktrace.AlwaysSample()})
+				b.Cleanup(func() { p.Shutdown(context.Background()) })
+				opts = append(opts, WithTracing(p, false))
 			}
 			p := &nopPicker{d: newDecisionPicker(scoring.ModeExact, "local").tmpl}
 			srv := New(testConfig(), &fakePool{workers: testWorkers}, p, prometheus.NewRegistry(),

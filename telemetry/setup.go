@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -13,32 +14,44 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 )
 
-// Provider is warmpath's tracing setup: a tracer provider, the W3C
-// propagator and the semantic-convention edition. Its zero value is not
-// usable; build one with Setup or NewProvider.
+// Provider is warmpath's tracing setup: the span pipeline, the W3C
+// propagator and the semantic-convention edition. Build one with Setup,
+// NewProvider or Disabled.
 type Provider struct {
-	tp      trace.TracerProvider
+	spans   *spans // nil when tracing is off
 	prop    propagation.TextMapPropagator
 	semconv Semconv
-	enabled bool
 	close   func(context.Context) error
+}
+
+// spans is what a Provider's Tracers share.
+type spans struct {
+	sampler sdktrace.Sampler
+	res     *resource.Resource
+	sink    spanSink
 }
 
 // ErrUnknownExporter is returned by Setup for an OTEL_TRACES_EXPORTER or
 // OTLP protocol value it does not know.
 var ErrUnknownExporter = errors.New("unknown trace exporter")
 
+// ErrUnknownSampler is returned by Setup for an OTEL_TRACES_SAMPLER value it
+// does not know.
+var ErrUnknownSampler = errors.New("unknown trace sampler")
+
 // Options adjust Setup.
 type Options struct {
-	// Getenv reads the environment; nil means os.Getenv. (The SDK's sampler
-	// and the OTLP exporters read the process environment themselves.)
+	// Getenv reads the environment; nil means os.Getenv. (The OTLP
+	// exporters read the process environment themselves.)
 	Getenv func(string) string
+	// Logger receives export failures and dropped-span warnings; nil
+	// discards them.
+	Logger *slog.Logger
 	// Stdout receives spans for the "console"/"stdout" exporter; nil means
 	// os.Stdout.
 	Stdout io.Writer
@@ -49,8 +62,8 @@ type Options struct {
 }
 
 // Setup builds a Provider from the environment. With OTEL_SDK_DISABLED=true
-// or without OTEL_TRACES_EXPORTER (or with "none") tracing is off: the
-// tracer is a no-op and Enabled reports false. Call Shutdown to flush and
+// or without OTEL_TRACES_EXPORTER (or with "none") tracing is off: Tracer
+// returns nil and Enabled reports false. Call Shutdown to flush and
 // stop exporters.
 func Setup(ctx context.Context, o Options) (*Provider, error) {
 	getenv := o.Getenv
@@ -62,8 +75,11 @@ func Setup(ctx context.Context, o Options) (*Provider, error) {
 	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") || exporter == "" || exporter == "none" {
 		return Disabled(sc), nil
 	}
+	sampler, err := SamplerFromEnv(getenv)
+	if err != nil {
+		return nil, err
+	}
 	var exp sdktrace.SpanExporter
-	var err error
 	switch exporter {
 	case "otlp":
 		proto := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
@@ -92,10 +108,9 @@ func Setup(ctx context.Context, o Options) (*Provider, error) {
 	}
 	res, err := newResource(ctx, o)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, exp.Shutdown(ctx))
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	return NewProvider(tp, sc, tp.Shutdown), nil
+	return NewProvider(exp, sc, SpanOptions{Sampler: sampler, Resource: res, Batch: BatchConfigFromEnv(getenv), Logger: o.Logger}), nil
 }
 
 func newResource(ctx context.Context, o Options) (*resource.Resource, error) {
@@ -115,30 +130,66 @@ func newResource(ctx context.Context, o Options) (*resource.Resource, error) {
 	return res, nil
 }
 
-// NewProvider wraps a tracer provider (for instance one built in a test
-// around a span recorder). shutdown may be nil.
-func NewProvider(tp trace.TracerProvider, sc Semconv, shutdown func(context.Context) error) *Provider {
-	return &Provider{
-		tp:      tp,
-		prop:    propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
-		semconv: sc,
-		enabled: true,
-		close:   shutdown,
+// SpanOptions say how a Provider samples and exports spans.
+type SpanOptions struct {
+	// Sampler decides which spans record; nil means parent-based always-on.
+	Sampler sdktrace.Sampler
+	// Resource describes the process on every span; nil means empty.
+	Resource *resource.Resource
+	// Batch sizes the export batches (zero fields: the defaults).
+	Batch BatchConfig
+	// Sync exports each span on the goroutine that ends it, for tests.
+	Sync bool
+	// Logger receives export failures; nil discards them.
+	Logger *slog.Logger
+}
+
+// NewProvider exports spans to exp (the OTLP or stdout exporter, or a test's
+// recorder). Shutdown flushes and shuts exp down.
+func NewProvider(exp sdktrace.SpanExporter, sc Semconv, o SpanOptions) *Provider {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
+	sp := &spans{sampler: o.Sampler, res: o.Resource}
+	if sp.sampler == nil {
+		sp.sampler = sdktrace.ParentBased(sdktrace.AlwaysSample())
+	}
+	if sp.res == nil {
+		sp.res = resource.Empty()
+	}
+	p := &Provider{spans: sp, prop: newPropagator(), semconv: sc}
+	if o.Sync {
+		sp.sink = syncSink{exp: exp, log: log}
+		p.close = exp.Shutdown
+	} else {
+		b := newBatcher(exp, o.Batch, log)
+		sp.sink = b
+		p.close = b.Shutdown
+	}
+	return p
+}
+
+func newPropagator() propagation.TextMapPropagator {
+	return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 }
 
 // Disabled returns a Provider with tracing off.
 func Disabled(sc Semconv) *Provider {
-	p := NewProvider(noop.NewTracerProvider(), sc, nil)
-	p.enabled = false
-	return p
+	return &Provider{prop: newPropagator(), semconv: sc}
 }
 
 // Enabled reports whether spans are recorded and exported at all.
-func (p *Provider) Enabled() bool { return p.enabled }
+func (p *Provider) Enabled() bool { return p.spans != nil }
 
-// Tracer returns the named tracer.
-func (p *Provider) Tracer(name string) trace.Tracer { return p.tp.Tracer(name) }
+// Tracer returns a tracer whose spans carry the instrumentation scope
+// name, or nil when tracing is off.
+func (p *Provider) Tracer(scope string) *Tracer {
+	if p.spans == nil {
+		return nil
+	}
+	return &Tracer{sampler: p.spans.sampler, res: p.spans.res, sink: p.spans.sink, scope: instrumentation.Scope{Name: scope}}
+}
 
 // Propagator returns the W3C trace-context and baggage propagator.
 func (p *Provider) Propagator() propagation.TextMapPropagator { return p.prop }

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 func envOf(kv ...string) func(string) string {
@@ -33,6 +36,7 @@ func TestSetup(t *testing.T) {
 		{name: "otlp traces protocol wins", env: []string{"OTEL_TRACES_EXPORTER", "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL", "bogus", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"}, enabled: true},
 		{name: "unknown exporter", env: []string{"OTEL_TRACES_EXPORTER", "zipkin"}, wantErr: ErrUnknownExporter},
 		{name: "unknown protocol", env: []string{"OTEL_TRACES_EXPORTER", "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"}, wantErr: ErrUnknownExporter},
+		{name: "unknown sampler", env: []string{"OTEL_TRACES_EXPORTER", "console", "OTEL_TRACES_SAMPLER", "sometimes"}, wantErr: ErrUnknownSampler},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,11 +58,15 @@ func TestSetup(t *testing.T) {
 			if p.Enabled() != tc.enabled {
 				t.Fatalf("Enabled() = %v, want %v", p.Enabled(), tc.enabled)
 			}
-			_, span := p.Tracer("t").Start(t.Context(), "s")
-			if span.IsRecording() != tc.enabled {
-				t.Fatalf("IsRecording() = %v, want %v", span.IsRecording(), tc.enabled)
+			if tr := p.Tracer("t"); (tr != nil) != tc.enabled {
+				t.Fatalf("Tracer() = %v with tracing enabled %v", tr, tc.enabled)
+			} else if tr != nil {
+				span := tr.Start(trace.SpanContext{}, "s", trace.SpanKindServer, time.Now())
+				if !span.IsRecording() {
+					t.Fatal("span not recording with the default sampler")
+				}
+				span.End(time.Now())
 			}
-			span.End()
 		})
 	}
 }
@@ -70,8 +78,8 @@ func TestConsoleExporterWritesSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, span := p.Tracer("t").Start(t.Context(), "chat qwen3")
-	span.End()
+	span := p.Tracer("t").Start(trace.SpanContext{}, "chat qwen3", trace.SpanKindClient, time.Now())
+	span.End(time.Now())
 	if err := p.Shutdown(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,8 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	if err != nil {
 		return fmt.Errorf("scoring: %w", err)
 	}
-	tp, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: "warmpath", Version: Version, Stdout: stdout})
+	tp, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: "warmpath", Version: Version, Stdout: stdout,
+		Logger: log.With("component", "telemetry")})
 	if err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}
