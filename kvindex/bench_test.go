@@ -171,11 +171,13 @@ func lookupIndex(workers int) (*Index, []uint32) {
 }
 
 // BenchmarkLookup512x64 looks up a 512-block prompt over 64 workers and
-// reports per-operation latency percentiles. Its "reference" sub-benchmark
-// runs, in the same process and with the same timing, a pure computation
-// (xorshift rounds, no memory traffic) sized to the lookup's median: what
-// it shows above its median is the machine's own tail (timer interrupts,
-// the hypervisor), which every operation of that length pays too.
+// reports per-operation latency percentiles. Two references run in the
+// same process with the same timing, each sized to the lookup's median:
+// "reference", a pure computation (xorshift rounds, no memory traffic), and
+// "reference-memory", which only reads the lookup's working set (the
+// prompt's tokens, the nodes its walk visits) over and over. What they show
+// above their medians is the machine's own tail for an operation of that
+// length, without and with memory traffic, which the lookup pays too.
 func BenchmarkLookup512x64(b *testing.B) {
 	ix, prompt := lookupIndex(64)
 	if got := len(ix.Lookup(mkey, prompt, testBlock)); got != 64 {
@@ -204,18 +206,60 @@ func BenchmarkLookup512x64(b *testing.B) {
 	if lookupP50 == 0 {
 		return
 	}
-	// Size the reference to the lookup's median CPU time.
-	rounds := 1 << 10
-	for {
-		t0 := threadCPU()
-		spin(rounds)
-		if d := threadCPU() - t0; d >= lookupP50/4 || rounds > 1<<30 {
-			rounds = int(float64(rounds) * float64(lookupP50) / float64(max(d, 1)))
-			break
+	// Size the references to the lookup's median CPU time.
+	spinRounds := calibrate(lookupP50, spin)
+	b.Run("reference", func(b *testing.B) { measureTail(b, func() { spin(spinRounds) }, nil) })
+	// The memory reference reads the lookup's working set instead: the
+	// prompt's tokens and the nodes its walk visits, in the same order.
+	drain()
+	ix.Lookup(mkey, prompt, testBlock)
+	path := slices.Clone(ix.touchLog[:len(ix.touchLog)-1]) // the walk's nodes; the log ends with a 0
+	drain()
+	readRounds := calibrate(lookupP50, func(n int) { readSet(ix, prompt, path, n) })
+	b.Run("reference-memory", func(b *testing.B) { measureTail(b, func() { readSet(ix, prompt, path, readRounds) }, nil) })
+}
+
+// calibrate returns the n for which fn(n) takes about target of thread CPU
+// time, from the medians of repeated runs.
+func calibrate(target time.Duration, fn func(n int)) int {
+	median := func(n int) time.Duration {
+		var ds []time.Duration
+		for range 201 {
+			t0 := threadCPU()
+			fn(n)
+			ds = append(ds, threadCPU()-t0)
 		}
-		rounds *= 2
+		slices.Sort(ds)
+		return max(ds[len(ds)/2], 1)
 	}
-	b.Run("reference", func(b *testing.B) { measureTail(b, func() { spin(rounds) }, nil) })
+	n := 1
+	for median(n) < target/8 && n < 1<<30 {
+		n *= 2
+	}
+	for range 3 {
+		n = max(1, int(float64(n)*float64(target)/float64(median(n))))
+	}
+	return n
+}
+
+// readSink keeps readSet's result alive.
+var readSink uint64
+
+// readSet reads every token of prompt and the key and holders of every
+// node on path, in the index's own memory, n times over: the lookup's
+// memory traffic without its logic.
+func readSet(ix *Index, prompt []uint32, path []uint32, n int) {
+	var sum uint64
+	for range n {
+		for _, t := range prompt {
+			sum += uint64(t)
+		}
+		for _, ni := range path {
+			nd := ix.node(ni)
+			sum ^= nd.key + nd.a
+		}
+	}
+	readSink += sum
 }
 
 // spinSink keeps spin's result alive.
