@@ -35,6 +35,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	pols := fs.String("policies", strings.Join(allPolicies, ","), "comma-separated policies (warmpath's config names, and oracle)")
 	scale := fs.Float64("time-scale", 0, "override every scenario's simulator time scale (simulated seconds per wall second)")
 	noSweep := fs.Bool("no-sweep", false, "skip the goodput sweeps")
+	sweepOnly := fs.Bool("sweep-only", false, "run only the goodput sweeps (of the scenarios that have one)")
 	publish := fs.String("publish", "", "also copy results.md and the SVG plots into this directory")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: bench [flags]\n\nRuns the routing benchmark scenarios once per policy through real Envoy and writes reports, plots and Markdown tables.\n\nFlags:\n")
@@ -81,7 +82,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("output dir: %w", err)
 		}
 		fmt.Fprintf(stderr, "bench: scenario %s (time scale %g), results in %s\n", sc.name, sc.timeScale, dir)
-		if err := runScenario(ctx, sc, policies, dir, root, envoyBin, !*noSweep, &md, stderr); err != nil {
+		if *sweepOnly && sc.sweep == nil {
+			continue
+		}
+		if err := runScenario(ctx, sc, policies, dir, root, envoyBin, !*noSweep, *sweepOnly, &md, stderr); err != nil {
 			return fmt.Errorf("scenario %s: %w", sc.name, err)
 		}
 		// Write what is done so far, so an interrupted run keeps its tables.
@@ -115,9 +119,9 @@ func splitList(s string) []string {
 	return out
 }
 
-// runScenario runs one scenario for every policy (and its sweep), writes
-// its files into dir and its tables to md.
-func runScenario(ctx context.Context, sc *scenario, policies []string, dir, root, envoyBin string, sweep bool, md, progress io.Writer) error {
+// runScenario runs one scenario for every policy (and its sweep, or only
+// its sweep), writes its files into dir and its tables to md.
+func runScenario(ctx context.Context, sc *scenario, policies []string, dir, root, envoyBin string, sweep, sweepOnly bool, md, progress io.Writer) error {
 	if sc.prepare != nil {
 		if err := sc.prepare(sc, dir); err != nil {
 			return err
@@ -126,21 +130,23 @@ func runScenario(ctx context.Context, sc *scenario, policies []string, dir, root
 	setup := harness.Setup{Workers: sc.workers, TimeScale: sc.timeScale, Seed: 1, EnvoyBin: envoyBin,
 		Bootstrap: filepath.Join(root, "envoy/envoy.yaml")}
 	opt := harness.Options{Progress: progress}
-	results, err := harness.RunPolicies(ctx, setup, harness.Policies(policies...), sc.replay, filepath.Join(dir, "logs"), opt)
-	if err != nil {
-		return err
-	}
-	if err := writeReports(dir, results); err != nil {
-		return err
-	}
 	fmt.Fprintf(md, "\n## %s\n\n%s\n\n", sc.title, sc.about)
 	writeWorkers(md, sc)
-	writeTable(md, results, sc.replay.SLO)
-	if sc.accuracyWarmup > 0 {
-		writeAccuracy(md, results, sc.accuracyWarmup)
-	}
-	if err := plots(dir, results, md, sc.name); err != nil {
-		return err
+	if !sweepOnly {
+		results, err := harness.RunPolicies(ctx, setup, harness.Policies(policies...), sc.replay, filepath.Join(dir, "logs"), opt)
+		if err != nil {
+			return err
+		}
+		if err := writeReports(dir, results); err != nil {
+			return err
+		}
+		writeTable(md, results, sc.replay.SLO)
+		if sc.accuracyWarmup > 0 {
+			writeAccuracy(md, results, sc.accuracyWarmup)
+		}
+		if err := plots(dir, results, md, sc.name); err != nil {
+			return err
+		}
 	}
 	if sc.sweep != nil && sweep {
 		var sp []string
