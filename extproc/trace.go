@@ -182,7 +182,7 @@ func (t *tracing) start(ctx context.Context, hs []*corev3.HeaderValue, r *scorin
 	rt.t = t
 	parent := t.parent(ctx, hs)
 	rt.bag = baggage.FromContext(parent)
-	rt.server = t.tracer.Start(trace.SpanContextFromContext(parent), serverSpanName, trace.SpanKindServer, r.Arrived)
+	rt.server = t.tracer.Start(parent, serverSpanName, trace.SpanKindServer, r.Arrived)
 	rt.server.SetAttributes(telemetry.GenAIRequestID.String(r.ID), telemetry.URLPath.String(r.Path),
 		attribute.String("http.request.method", method))
 	if r.Tenant != "" {
@@ -265,11 +265,7 @@ func (rt *requestTrace) decided(r *scoring.Request, d *scoring.Decision, hm *ext
 			}
 		}
 	}
-	ctx := trace.ContextWithSpanContext(context.Background(), upstream)
-	if rt.bag.Len() > 0 {
-		ctx = baggage.ContextWithBaggage(ctx, rt.bag)
-	}
-	rt.t.prop.Inject(ctx, mutationCarrier{hm})
+	telemetry.InjectTraceContext(upstream, rt.bag, mutationCarrier{hm}.Set)
 }
 
 // rejected records that warmpath answered the client itself.

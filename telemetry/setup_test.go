@@ -61,7 +61,7 @@ func TestSetup(t *testing.T) {
 			if tr := p.Tracer("t"); (tr != nil) != tc.enabled {
 				t.Fatalf("Tracer() = %v with tracing enabled %v", tr, tc.enabled)
 			} else if tr != nil {
-				span := tr.Start(trace.SpanContext{}, "s", trace.SpanKindServer, time.Now())
+				span := tr.Start(context.Background(), "s", trace.SpanKindServer, time.Now())
 				if !span.IsRecording() {
 					t.Fatal("span not recording with the default sampler")
 				}
@@ -78,7 +78,7 @@ func TestConsoleExporterWritesSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	span := p.Tracer("t").Start(trace.SpanContext{}, "chat qwen3", trace.SpanKindClient, time.Now())
+	span := p.Tracer("t").Start(context.Background(), "chat qwen3", trace.SpanKindClient, time.Now())
 	span.End(time.Now())
 	if err := p.Shutdown(t.Context()); err != nil {
 		t.Fatal(err)

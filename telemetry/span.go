@@ -33,11 +33,12 @@ type spanSink interface {
 	enqueue(*Span)
 }
 
-// Start starts a span named name of the given kind at ts, a child of
-// parent when parent is valid (a remote context or a span of this tracer).
-// The sampler decides whether it records; a span that does not record
+// Start starts a span named name of the given kind at ts, a child of the
+// span context in ctx when it is valid (as a propagator's Extract leaves
+// it). The sampler decides whether it records; a span that does not record
 // still has a span context to propagate.
-func (t *Tracer) Start(parent trace.SpanContext, name string, kind trace.SpanKind, ts time.Time) *Span {
+func (t *Tracer) Start(ctx context.Context, name string, kind trace.SpanKind, ts time.Time) *Span {
+	parent := trace.SpanContextFromContext(ctx)
 	s := &Span{tracer: t, name: name, kind: kind, start: ts, parent: parent}
 	var tid trace.TraceID
 	if parent.IsValid() {
@@ -45,10 +46,7 @@ func (t *Tracer) Start(parent trace.SpanContext, name string, kind trace.SpanKin
 	} else {
 		tid = newTraceID()
 	}
-	res := t.sampler.ShouldSample(sdktrace.SamplingParameters{
-		ParentContext: trace.ContextWithSpanContext(context.Background(), parent),
-		TraceID:       tid, Name: name, Kind: kind,
-	})
+	res := t.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: ctx, TraceID: tid, Name: name, Kind: kind})
 	var flags trace.TraceFlags
 	if res.Decision == sdktrace.RecordAndSample {
 		flags = trace.FlagsSampled

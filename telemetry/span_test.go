@@ -56,8 +56,8 @@ func TestSpanRecordsWhatTheSDKWould(t *testing.T) {
 	parent := trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5}, TraceFlags: trace.FlagsSampled, Remote: true,
 	})
-	srv := tr.Start(parent, "warmpath.request", trace.SpanKindServer, t0)
-	cli := tr.Start(srv.Context(), "chat m", trace.SpanKindClient, t0.Add(time.Millisecond))
+	srv := tr.Start(trace.ContextWithRemoteSpanContext(context.Background(), parent), "warmpath.request", trace.SpanKindServer, t0)
+	cli := tr.Start(trace.ContextWithSpanContext(context.Background(), srv.Context()), "chat m", trace.SpanKindClient, t0.Add(time.Millisecond))
 	cli.SetAttributes(attribute.String("a", "1"), attribute.Int("b", 2))
 	cli.AddEvent("first", t0.Add(2*time.Millisecond))
 	cli.SetStatus(codes.Error, "boom")
@@ -102,7 +102,7 @@ func TestUnsampledSpanPropagatesButRecordsNothing(t *testing.T) {
 	rec := &recorder{}
 	p := NewProvider(rec, Semconv{}, SpanOptions{Sync: true}) // parent-based
 	parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{9}, SpanID: trace.SpanID{9}, Remote: true})
-	s := p.Tracer("t").Start(parent, "x", trace.SpanKindServer, time.Now())
+	s := p.Tracer("t").Start(trace.ContextWithRemoteSpanContext(context.Background(), parent), "x", trace.SpanKindServer, time.Now())
 	s.SetAttributes(attribute.String("a", "b"))
 	s.End(time.Now())
 	if s.IsRecording() || s.Context().IsSampled() || !s.Context().IsValid() || s.Context().TraceID() != parent.TraceID() {
@@ -120,7 +120,7 @@ func TestUnsampledSpanPropagatesButRecordsNothing(t *testing.T) {
 	ts, _ := trace.ParseTraceState("vendor=v")
 	sampled := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{7}, SpanID: trace.SpanID{7},
 		TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true})
-	root := p.Tracer("t").Start(sampled, "x", trace.SpanKindServer, time.Now())
+	root := p.Tracer("t").Start(trace.ContextWithRemoteSpanContext(context.Background(), sampled), "x", trace.SpanKindServer, time.Now())
 	kid := p.Tracer("t").StartChild(root, "y", trace.SpanKindClient, time.Now())
 	if !kid.IsRecording() || !kid.Context().IsSampled() || kid.Context().TraceState().Get("vendor") != "v" ||
 		kid.Context().SpanID() == root.Context().SpanID() || kid.Context().IsRemote() {
@@ -135,7 +135,7 @@ func TestBatcherExportsFullBatchesAtOnce(t *testing.T) {
 	p := NewProvider(rec, Semconv{}, SpanOptions{Batch: BatchConfig{ScheduleDelay: time.Hour, MaxBatch: 4, MaxQueue: 100}})
 	tr := p.Tracer("t")
 	for range 8 {
-		tr.Start(trace.SpanContext{}, "s", trace.SpanKindServer, time.Now()).End(time.Now())
+		tr.Start(context.Background(), "s", trace.SpanKindServer, time.Now()).End(time.Now())
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for rec.count() < 8 && time.Now().Before(deadline) {
@@ -144,7 +144,7 @@ func TestBatcherExportsFullBatchesAtOnce(t *testing.T) {
 	if rec.count() != 8 {
 		t.Fatalf("%d spans exported by full batches, want 8", rec.count())
 	}
-	tr.Start(trace.SpanContext{}, "s", trace.SpanKindServer, time.Now()).End(time.Now())
+	tr.Start(context.Background(), "s", trace.SpanKindServer, time.Now()).End(time.Now())
 	if err := p.Shutdown(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestBatcherExportsFullBatchesAtOnce(t *testing.T) {
 		}
 	}
 	// Spans ended after Shutdown are dropped, not exported.
-	tr.Start(trace.SpanContext{}, "late", trace.SpanKindServer, time.Now()).End(time.Now())
+	tr.Start(context.Background(), "late", trace.SpanKindServer, time.Now()).End(time.Now())
 	if rec.count() != 9 {
 		t.Errorf("a span ended after Shutdown was exported")
 	}
@@ -168,7 +168,7 @@ func TestBatcherDropsWhenQueueFull(t *testing.T) {
 	rec := &recorder{gate: make(chan struct{})}
 	b := newBatcher(rec, BatchConfig{ScheduleDelay: time.Hour, MaxBatch: 2, MaxQueue: 4}, nil)
 	tr := &Tracer{sampler: sdktrace.AlwaysSample(), sink: b}
-	end := func() { tr.Start(trace.SpanContext{}, "s", trace.SpanKindServer, time.Now()).End(time.Now()) }
+	end := func() { tr.Start(context.Background(), "s", trace.SpanKindServer, time.Now()).End(time.Now()) }
 	end()
 	end() // a full batch: the loop takes it and blocks in the exporter
 	deadline := time.Now().Add(10 * time.Second)
