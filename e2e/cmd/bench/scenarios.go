@@ -97,7 +97,7 @@ func scenarios(repoRoot string) []*scenario {
 				"The goodput sweep runs 80 requests per rate, from 0.2 to 4 requests/s, and takes the highest completed rate whose " +
 				"TTFT p90 is within 8 s; a run's completed rate counts its whole duration, the last responses included.",
 			workers:   workers(3, "l40s-27b-fp8", nil),
-			timeScale: 10,
+			timeScale: 2, // at 10, harness time between client and warmpath (×10) was a third of a hit's TTFT
 			replay: replay.Config{Seed: 42, Workload: seedShaped, SLO: mustSLO("ttft:p90<=8s"),
 				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 0.45}},
 			sweep:         &replay.LoadConfig{Kind: replay.LoadSweep, Arrivals: replay.LoadPoisson, Rates: []float64{0.2, 0.3, 0.4, 0.7, 1.0, 1.5, 2.0, 3.0, 4.0}},
