@@ -138,14 +138,11 @@ func (c metadataCarrier) Keys() []string {
 	return ks
 }
 
-// mutationCarrier writes injected trace context into a header mutation,
-// overwriting what the client sent (Envoy overwrites when append is unset).
-type mutationCarrier struct{ hm *extprocv3.HeaderMutation }
-
-func (c mutationCarrier) Get(string) string { return "" }
-func (c mutationCarrier) Keys() []string    { return nil }
-func (c mutationCarrier) Set(k, v string) {
-	c.hm.SetHeaders = append(c.hm.SetHeaders, setHeader(k, v))
+// setTraceHeader returns a setter that writes injected trace context into
+// a header mutation, overwriting what the client sent (Envoy overwrites
+// when append is unset).
+func setTraceHeader(hm *extprocv3.HeaderMutation) func(k, v string) {
+	return func(k, v string) { hm.SetHeaders = append(hm.SetHeaders, setHeader(k, v)) }
 }
 
 // has reports whether the headers carry key with a non-empty value, without
@@ -265,7 +262,7 @@ func (rt *requestTrace) decided(r *scoring.Request, d *scoring.Decision, hm *ext
 			}
 		}
 	}
-	telemetry.InjectTraceContext(upstream, rt.bag, mutationCarrier{hm}.Set)
+	telemetry.InjectTraceContext(upstream, rt.bag, setTraceHeader(hm))
 }
 
 // rejected records that warmpath answered the client itself.
