@@ -58,6 +58,11 @@ type LoadConfig struct {
 	// run of a sweep or search, so one run's cached prefixes do not help the
 	// next. Off by default: every run sends the same requests.
 	FreshPrefixes bool `json:"fresh_prefixes,omitempty" yaml:"fresh_prefixes"`
+	// FreshPrompts regenerates the prompts with a different seed for each
+	// run of a sweep or search but keeps the first run's shared prefixes, as
+	// GuideLLM's sweep draws new prompts from one dataset: each run sends
+	// new requests behind prefixes the workers may still hold.
+	FreshPrompts bool `json:"fresh_prompts,omitempty" yaml:"fresh_prompts"`
 }
 
 func (l *LoadConfig) setDefaults() {

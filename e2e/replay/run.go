@@ -194,10 +194,14 @@ func (r *runner) plan(ctx context.Context, rep *Report) error {
 	do := func(spec runSpec) (RunReport, error) {
 		seed := r.cfg.Seed
 		sessions := r.sessions
-		if l.FreshPrefixes && len(rep.Runs) > 0 {
+		if (l.FreshPrefixes || l.FreshPrompts) && len(rep.Runs) > 0 {
 			seed = r.cfg.Seed + int64(len(rep.Runs))
+			w := r.cfg.Workload
+			if l.FreshPrompts && !l.FreshPrefixes {
+				w.PrefixSeed = w.prefixSeed(r.cfg.Seed)
+			}
 			var err error
-			if sessions, err = Generate(r.cfg.Workload, seed); err != nil {
+			if sessions, err = Generate(w, seed); err != nil {
 				return RunReport{}, fmt.Errorf("generate workload: %w", err)
 			}
 		}

@@ -410,6 +410,20 @@ func TestRunSweepAndGoodput(t *testing.T) {
 			t.Fatalf("derived rates %v, %v", r2, r3)
 		}
 	})
+	t.Run("fresh prompts keep the prefixes", func(t *testing.T) {
+		t.Parallel()
+		fake := newFakeLLM(t)
+		srv := fake.start(t)
+		cfg := syntheticConfig(srv.URL, 4)
+		cfg.Load = LoadConfig{Kind: LoadSweep, Rates: []float64{1, 2}, Arrivals: LoadConstant, FreshPrompts: true}
+		rep, err := Run(t.Context(), cfg, WithClock(newFakeClock()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Runs) != 2 || rep.Runs[0].Seed == rep.Runs[1].Seed {
+			t.Fatalf("runs %d, seeds %d and %d: want two runs with different seeds", len(rep.Runs), rep.Runs[0].Seed, rep.Runs[1].Seed)
+		}
+	})
 	t.Run("goodput search", func(t *testing.T) {
 		t.Parallel()
 		fake := newFakeLLM(t)

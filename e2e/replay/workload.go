@@ -139,6 +139,10 @@ type WorkloadConfig struct {
 	// same workers with a different salt each keeps one run's cached
 	// prefixes from helping the next. Not supported on the messages API.
 	CacheSalt string `json:"cache_salt,omitempty" yaml:"cache_salt"`
+	// PrefixSeed, when not 0, seeds the shared prefixes of the synthetic and
+	// shared-prefix generators instead of the run's seed, so that runs with
+	// different seeds send new prompts behind the same prefixes.
+	PrefixSeed int64 `json:"prefix_seed,omitempty" yaml:"prefix_seed"`
 
 	Synthetic    SyntheticConfig    `json:"synthetic,omitzero" yaml:"synthetic"`
 	SharedPrefix SharedPrefixConfig `json:"shared_prefix,omitzero" yaml:"shared_prefix"`
@@ -311,9 +315,9 @@ func Generate(w WorkloadConfig, seed int64) ([]Session, error) {
 	}
 	switch w.Kind {
 	case WorkloadSynthetic:
-		return genSynthetic(w.Synthetic, seed), nil
+		return genSynthetic(w.Synthetic, seed, w.prefixSeed(seed)), nil
 	case WorkloadSharedPrefix:
-		return genSharedPrefix(w.SharedPrefix, seed), nil
+		return genSharedPrefix(w.SharedPrefix, seed, w.prefixSeed(seed)), nil
 	case WorkloadChat:
 		return genChat(w.Chat, seed), nil
 	case WorkloadCoding:
@@ -337,10 +341,18 @@ func Generate(w WorkloadConfig, seed int64) ([]Session, error) {
 	}
 }
 
-func genSynthetic(c SyntheticConfig, seed int64) []Session {
+// prefixSeed returns the seed of w's shared prefixes for a run of seed.
+func (w WorkloadConfig) prefixSeed(seed int64) int64 {
+	if w.PrefixSeed != 0 {
+		return w.PrefixSeed
+	}
+	return seed
+}
+
+func genSynthetic(c SyntheticConfig, seed, prefixSeed int64) []Session {
 	prefixes := make([]Text, c.PrefixCount)
 	for p := range prefixes {
-		prefixes[p] = genText(newRand(seed, hashString("prefix"), uint64(p)), c.PrefixTokens)
+		prefixes[p] = genText(newRand(prefixSeed, hashString("prefix"), uint64(p)), c.PrefixTokens)
 	}
 	lens := newRand(seed, hashString("synthetic-lengths"))
 	out := make([]Session, c.Requests)
@@ -357,13 +369,13 @@ func genSynthetic(c SyntheticConfig, seed int64) []Session {
 	return out
 }
 
-func genSharedPrefix(c SharedPrefixConfig, seed int64) []Session {
+func genSharedPrefix(c SharedPrefixConfig, seed, prefixSeed int64) []Session {
 	turns := max(c.Turns, 1)
 	lens := newRand(seed, hashString("shared-prefix-lengths"))
 	index := 0
 	out := make([]Session, 0, c.Groups*c.PromptsPerGroup)
 	for g := range c.Groups {
-		prefix := genText(newRand(seed, hashString("group"), uint64(g)), c.SystemPromptLen)
+		prefix := genText(newRand(prefixSeed, hashString("group"), uint64(g)), c.SystemPromptLen)
 		for p := range c.PromptsPerGroup {
 			s := Session{ID: fmt.Sprintf("g%dp%d", g, p), Group: fmt.Sprintf("g%d", g), Prefix: prefix, Accumulate: turns > 1}
 			for t := range turns {

@@ -375,3 +375,51 @@ func TestText(t *testing.T) {
 		t.Fatal("head copied the block instead of sharing it")
 	}
 }
+
+// TestPrefixSeedKeepsPrefixes checks that a workload generated with another
+// seed but the same PrefixSeed sends new prompts behind the same prefixes,
+// for both generators that have shared prefixes.
+func TestPrefixSeedKeepsPrefixes(t *testing.T) {
+	t.Parallel()
+	for name, w := range map[string]WorkloadConfig{
+		"synthetic": {Kind: WorkloadSynthetic, Model: "m", Synthetic: SyntheticConfig{Requests: 8, Prompt: Dist{Mean: 32},
+			Output: Dist{Mean: 4}, PrefixTokens: 64, PrefixCount: 2}},
+		"shared-prefix": {Kind: WorkloadSharedPrefix, Model: "m", SharedPrefix: SharedPrefixConfig{Groups: 2, PromptsPerGroup: 4,
+			SystemPromptLen: 64, Question: Dist{Mean: 32}, Output: Dist{Mean: 4}}},
+	} {
+		first, err := Generate(w, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept := w
+		kept.PrefixSeed = 1
+		second, err := Generate(kept, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := Generate(w, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Sessions by ID: the shared-prefix generator shuffles their order.
+		byID := func(ss []Session) map[string]Session {
+			m := map[string]Session{}
+			for _, s := range ss {
+				m[s.ID] = s
+			}
+			return m
+		}
+		a, b, c := byID(first), byID(second), byID(fresh)
+		for id, s := range a {
+			if s.Prefix.String() != b[id].Prefix.String() {
+				t.Errorf("%s: session %s changed its prefix with PrefixSeed set", name, id)
+			}
+			if s.Turns[0].User.String() == b[id].Turns[0].User.String() {
+				t.Errorf("%s: session %s kept its prompt under a new seed", name, id)
+			}
+			if s.Prefix.String() == c[id].Prefix.String() {
+				t.Errorf("%s: session %s kept its prefix under a new seed without PrefixSeed", name, id)
+			}
+		}
+	}
+}
