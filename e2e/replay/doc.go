@@ -35,7 +35,11 @@
 // flight; open loops (constant rate, seeded Poisson, trace replay with a time
 // scale, throughput) start sessions on a schedule regardless of the server.
 // A sweep runs synchronous and throughput, then rates between them; a
-// goodput search bisects for the largest rate that meets the SLO.
+// goodput search bisects for the largest rate that meets the SLO. By default
+// every run of a sweep or search sends the same requests, which the workers
+// may still hold from the run before: LoadConfig.FreshPrompts sends new
+// prompts behind the same shared prefixes each run, FreshPrefixes new
+// prefixes too.
 //
 // # Measures
 //
