@@ -228,10 +228,10 @@ func (rt *requestTrace) decided(r *scoring.Request, d *scoring.Decision, hm *ext
 			rt.names, rt.ttfts, rt.cached = names, ttfts, cached
 		}
 	}
-	upstream := rt.server.Context()
+	upstream := rt.server.SpanContext()
 	if op, provider, ok := telemetry.Operation(string(r.API)); ok {
 		rt.client = rt.t.tracer.StartChild(rt.server, op+" "+r.Model, trace.SpanKindClient, now)
-		upstream = rt.client.Context()
+		upstream = rt.client.SpanContext()
 		if c := rt.client; c.IsRecording() {
 			c.SetAttributes(
 				telemetry.GenAIOperationName.String(op),

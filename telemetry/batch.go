@@ -76,10 +76,8 @@ type batcher struct {
 	stopped bool
 
 	full chan struct{} // a batch is ready; buffered 1
-	// flush asks the loop to export everything queued and answer.
-	flush chan chan struct{}
-	stop  chan struct{}
-	done  chan struct{}
+	stop chan struct{}
+	done chan struct{}
 }
 
 func newBatcher(exp sdktrace.SpanExporter, cfg BatchConfig, log *slog.Logger) *batcher {
@@ -87,7 +85,7 @@ func newBatcher(exp sdktrace.SpanExporter, cfg BatchConfig, log *slog.Logger) *b
 		log = slog.New(slog.DiscardHandler)
 	}
 	b := &batcher{exp: exp, cfg: cfg.withDefaults(), log: log,
-		full: make(chan struct{}, 1), flush: make(chan chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+		full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	b.queue = make([]*Span, 0, b.cfg.MaxBatch)
 	go b.loop()
 	return b
@@ -128,10 +126,6 @@ func (b *batcher) loop() {
 		select {
 		case <-t.C:
 		case <-b.full:
-		case ack := <-b.flush:
-			b.exportAll()
-			close(ack)
-			continue
 		case <-b.stop:
 			b.exportAll()
 			return
@@ -167,24 +161,6 @@ func (b *batcher) exportAll() {
 			b.log.Warn("trace export failed", "spans", n, "err", err)
 		}
 		cancel()
-	}
-}
-
-// ForceFlush exports every span ended so far.
-func (b *batcher) ForceFlush(ctx context.Context) error {
-	ack := make(chan struct{})
-	select {
-	case b.flush <- ack:
-	case <-b.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case <-ack:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

@@ -188,7 +188,7 @@ func (p *Provider) Tracer(scope string) *Tracer {
 	if p.spans == nil {
 		return nil
 	}
-	return &Tracer{sampler: p.spans.sampler, res: p.spans.res, sink: p.spans.sink, scope: instrumentation.Scope{Name: scope}}
+	return &Tracer{spans: p.spans, scope: instrumentation.Scope{Name: scope}}
 }
 
 // Propagator returns the W3C trace-context and baggage propagator.

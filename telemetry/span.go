@@ -22,10 +22,8 @@ import (
 // and wakes its batch processor once per span; at 100% sampling that cost
 // more than the request's own work. Sampling still uses the SDK's samplers.
 type Tracer struct {
-	sampler sdktrace.Sampler
-	scope   instrumentation.Scope
-	res     *resource.Resource
-	sink    spanSink
+	*spans // shared by a Provider's tracers
+	scope  instrumentation.Scope
 }
 
 // spanSink receives ended spans: the batcher, or a synchronous exporter.
@@ -119,9 +117,6 @@ type Span struct {
 
 // IsRecording reports whether the span records (was sampled).
 func (s *Span) IsRecording() bool { return s != nil && s.recording }
-
-// Context returns the span's context, to propagate or to parent children.
-func (s *Span) Context() trace.SpanContext { return s.sc }
 
 // SetAttributes appends attributes; each key must be set only once per span.
 func (s *Span) SetAttributes(kv ...attribute.KeyValue) {

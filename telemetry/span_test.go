@@ -57,7 +57,7 @@ func TestSpanRecordsWhatTheSDKWould(t *testing.T) {
 		TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5}, TraceFlags: trace.FlagsSampled, Remote: true,
 	})
 	srv := tr.Start(trace.ContextWithRemoteSpanContext(context.Background(), parent), "warmpath.request", trace.SpanKindServer, t0)
-	cli := tr.Start(trace.ContextWithSpanContext(context.Background(), srv.Context()), "chat m", trace.SpanKindClient, t0.Add(time.Millisecond))
+	cli := tr.Start(trace.ContextWithSpanContext(context.Background(), srv.SpanContext()), "chat m", trace.SpanKindClient, t0.Add(time.Millisecond))
 	cli.SetAttributes(attribute.String("a", "1"), attribute.Int("b", 2))
 	cli.AddEvent("first", t0.Add(2*time.Millisecond))
 	cli.SetStatus(codes.Error, "boom")
@@ -105,13 +105,13 @@ func TestUnsampledSpanPropagatesButRecordsNothing(t *testing.T) {
 	s := p.Tracer("t").Start(trace.ContextWithRemoteSpanContext(context.Background(), parent), "x", trace.SpanKindServer, time.Now())
 	s.SetAttributes(attribute.String("a", "b"))
 	s.End(time.Now())
-	if s.IsRecording() || s.Context().IsSampled() || !s.Context().IsValid() || s.Context().TraceID() != parent.TraceID() {
-		t.Errorf("span under an unsampled parent: recording %v, context %v", s.IsRecording(), s.Context())
+	if s.IsRecording() || s.SpanContext().IsSampled() || !s.SpanContext().IsValid() || s.SpanContext().TraceID() != parent.TraceID() {
+		t.Errorf("span under an unsampled parent: recording %v, context %v", s.IsRecording(), s.SpanContext())
 	}
 	child := p.Tracer("t").StartChild(s, "y", trace.SpanKindClient, time.Now())
 	child.End(time.Now())
-	if child.IsRecording() || child.Context().TraceID() != parent.TraceID() || !child.Parent().Equal(s.Context()) {
-		t.Errorf("child of an unsampled span: recording %v, context %v, parent %v", child.IsRecording(), child.Context(), child.Parent())
+	if child.IsRecording() || child.SpanContext().TraceID() != parent.TraceID() || !child.Parent().Equal(s.SpanContext()) {
+		t.Errorf("child of an unsampled span: recording %v, context %v, parent %v", child.IsRecording(), child.SpanContext(), child.Parent())
 	}
 	if rec.count() != 0 {
 		t.Errorf("%d spans exported, want 0", rec.count())
@@ -122,9 +122,9 @@ func TestUnsampledSpanPropagatesButRecordsNothing(t *testing.T) {
 		TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true})
 	root := p.Tracer("t").Start(trace.ContextWithRemoteSpanContext(context.Background(), sampled), "x", trace.SpanKindServer, time.Now())
 	kid := p.Tracer("t").StartChild(root, "y", trace.SpanKindClient, time.Now())
-	if !kid.IsRecording() || !kid.Context().IsSampled() || kid.Context().TraceState().Get("vendor") != "v" ||
-		kid.Context().SpanID() == root.Context().SpanID() || kid.Context().IsRemote() {
-		t.Errorf("child of a sampled span: recording %v, context %v", kid.IsRecording(), kid.Context())
+	if !kid.IsRecording() || !kid.SpanContext().IsSampled() || kid.SpanContext().TraceState().Get("vendor") != "v" ||
+		kid.SpanContext().SpanID() == root.SpanContext().SpanID() || kid.SpanContext().IsRemote() {
+		t.Errorf("child of a sampled span: recording %v, context %v", kid.IsRecording(), kid.SpanContext())
 	}
 }
 
@@ -167,7 +167,7 @@ func TestBatcherDropsWhenQueueFull(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{gate: make(chan struct{})}
 	b := newBatcher(rec, BatchConfig{ScheduleDelay: time.Hour, MaxBatch: 2, MaxQueue: 4}, nil)
-	tr := &Tracer{sampler: sdktrace.AlwaysSample(), sink: b}
+	tr := &Tracer{spans: &spans{sampler: sdktrace.AlwaysSample(), sink: b}}
 	end := func() { tr.Start(context.Background(), "s", trace.SpanKindServer, time.Now()).End(time.Now()) }
 	end()
 	end() // a full batch: the loop takes it and blocks in the exporter
@@ -188,14 +188,11 @@ func TestBatcherDropsWhenQueueFull(t *testing.T) {
 		t.Fatalf("dropped %d, want 2", d)
 	}
 	close(rec.gate)
-	if err := b.ForceFlush(t.Context()); err != nil {
+	if err := b.Shutdown(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if rec.count() != 6 {
 		t.Fatalf("%d spans exported, want 6", rec.count())
-	}
-	if err := b.Shutdown(t.Context()); err != nil {
-		t.Fatal(err)
 	}
 }
 
