@@ -54,6 +54,11 @@ type LoadConfig struct {
 	// MaxDuration stops starting new sessions this long after a run began
 	// (0: no limit); sessions already started finish.
 	MaxDuration Duration `json:"max_duration,omitempty" yaml:"max_duration"`
+	// MinSessions keeps an open-loop run (constant, poisson, and the runs
+	// of a sweep or search) starting sessions past MaxDuration until it has
+	// started this many, so that a low rate's run still has a sample worth
+	// a percentile (0: MaxDuration alone decides).
+	MinSessions int `json:"min_sessions,omitempty" yaml:"min_sessions"`
 	// FreshPrefixes regenerates the workload with a different seed for each
 	// run of a sweep or search, so one run's cached prefixes do not help the
 	// next. Off by default: every run sends the same requests.
@@ -92,6 +97,9 @@ func (l *LoadConfig) Validate() error {
 	}
 	if l.MaxDuration < 0 {
 		bad("max_duration", "must be >= 0")
+	}
+	if l.MinSessions < 0 {
+		bad("min_sessions", "must be >= 0")
 	}
 	rateOK := func(v float64) bool { return v > 0 && !math.IsInf(v, 0) && !math.IsNaN(v) }
 	switch l.Kind {

@@ -306,7 +306,7 @@ func (r *runner) execute(ctx context.Context, spec runSpec, sessions []Session, 
 		}
 		for i := range sessions {
 			due := start.Add(at[i])
-			if !deadline.IsZero() && !due.Before(deadline) {
+			if !deadline.IsZero() && !due.Before(deadline) && i >= r.cfg.Load.MinSessions {
 				break
 			}
 			if err := r.clock.SleepUntil(ctx, due); err != nil {

@@ -529,6 +529,21 @@ func TestRunMaxDuration(t *testing.T) {
 			t.Fatalf("%d requests, want 4", n)
 		}
 	})
+	t.Run("open loop sends at least MinSessions", func(t *testing.T) {
+		t.Parallel()
+		fake := newFakeLLM(t)
+		srv := fake.start(t)
+		cfg := syntheticConfig(srv.URL, 10)
+		cfg.Load = LoadConfig{Kind: LoadConstant, Rate: 1, MaxDuration: Duration(3500 * ms), MinSessions: 6}
+		rep, err := Run(t.Context(), cfg, WithClock(newFakeClock()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Four arrivals fall before the limit; two more are sent past it.
+		if n := len(rep.Runs[0].Requests); n != 6 {
+			t.Fatalf("%d requests, want 6", n)
+		}
+	})
 	t.Run("closed loop finishes started sessions only", func(t *testing.T) {
 		t.Parallel()
 		fake := newFakeLLM(t)
