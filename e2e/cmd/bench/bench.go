@@ -34,6 +34,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"comma-separated scenarios to run (also: demo)")
 	pols := fs.String("policies", strings.Join(allPolicies, ","), "comma-separated policies (warmpath's config names, and oracle)")
 	scale := fs.Float64("time-scale", 0, "override every scenario's simulator time scale (simulated seconds per wall second)")
+	rate := fs.Float64("rate", 0, "override the main run's arrival rate (simulated requests/s) of every scenario with constant or Poisson arrivals")
 	noSweep := fs.Bool("no-sweep", false, "skip the goodput sweeps")
 	sweepOnly := fs.Bool("sweep-only", false, "run only the goodput sweeps (of the scenarios that have one)")
 	publish := fs.String("publish", "", "also copy results.md and the SVG plots into this directory")
@@ -70,13 +71,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	override(chosen, *scale, *rate)
 	var md bytes.Buffer
 	writeHeader(&md, chosen)
 	started := time.Now()
 	for _, sc := range chosen {
-		if *scale > 0 {
-			sc.timeScale = *scale
-		}
 		dir := filepath.Join(*out, sc.name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("output dir: %w", err)
@@ -119,6 +118,21 @@ func splitList(s string) []string {
 	return out
 }
 
+// override applies the -time-scale and -rate flags (when > 0) to the
+// chosen scenarios. The rate replaces the main run's rate where arrivals
+// are constant or Poisson, and the scenario's description says so.
+func override(chosen []*scenario, scale, rate float64) {
+	for _, sc := range chosen {
+		if scale > 0 {
+			sc.timeScale = scale
+		}
+		if k := sc.replay.Load.Kind; rate > 0 && (k == replay.LoadConstant || k == replay.LoadPoisson) {
+			sc.replay.Load.Rate = rate
+			sc.about += fmt.Sprintf(" This run overrides the main run's rate: %g requests/s.", rate)
+		}
+	}
+}
+
 // runScenario runs one scenario for every policy (and its sweep, or only
 // its sweep), writes its files into dir and its tables to md.
 func runScenario(ctx context.Context, sc *scenario, policies []string, dir, root, envoyBin string, sweep, sweepOnly bool, md, progress io.Writer) error {
@@ -158,7 +172,11 @@ func runScenario(ctx context.Context, sc *scenario, policies []string, dir, root
 		rc := sc.replay
 		rc.Load = *sc.sweep
 		if rc.Workload.Kind == replay.WorkloadSynthetic {
-			rc.Workload.Synthetic.Requests = min(rc.Workload.Synthetic.Requests, 80)
+			// Enough sessions for the top rate's window; each run sends
+			// at least MinSessions and then what arrives within MaxDuration.
+			top := slices.Max(append([]float64{0}, rc.Load.Rates...))
+			window := time.Duration(rc.Load.MaxDuration).Seconds()
+			rc.Workload.Synthetic.Requests = max(rc.Load.MinSessions, int(math.Ceil(top*window)))
 		}
 		sres, err := harness.RunPolicies(ctx, setup, harness.Policies(sp...), rc, filepath.Join(dir, "sweep", "logs"), opt)
 		if err != nil {
@@ -401,8 +419,7 @@ func writeTable(w io.Writer, results []harness.PolicyResult, slo replay.SLO) {
 }
 
 func writeSweep(w io.Writer, results []harness.PolicyResult, slo replay.SLO) {
-	fmt.Fprintf(w, "\nGoodput sweep (`%s`), %d requests per rate:\n\n| policy | offered req/s | TTFT p50 | TTFT p90 | E2E p50 | completed req/min | SLO |\n|---|---:|---:|---:|---:|---:|---|\n",
-		slo, sweepRequests(results))
+	fmt.Fprintf(w, "\nGoodput sweep (`%s`):\n\n| policy | offered req/s | requests | TTFT p50 | TTFT p90 | E2E p50 | completed req/min | SLO |\n|---|---:|---:|---:|---:|---:|---:|---|\n", slo)
 	for _, r := range results {
 		for _, run := range r.Report.Runs {
 			s := run.Summary
@@ -410,7 +427,7 @@ func writeSweep(w io.Writer, results []harness.PolicyResult, slo replay.SLO) {
 			if !s.SLOMet {
 				met = "missed"
 			}
-			fmt.Fprintf(w, "| %s | %.2f | %s | %s | %s | %.1f | %s |\n", r.Policy, run.Rate, secs(s.TTFT.P50), secs(s.TTFT.P90), secs(s.E2E.P50), s.RequestsPerMinute, met)
+			fmt.Fprintf(w, "| %s | %.2f | %d | %s | %s | %s | %.1f | %s |\n", r.Policy, run.Rate, s.Requests, secs(s.TTFT.P50), secs(s.TTFT.P90), secs(s.E2E.P50), s.RequestsPerMinute, met)
 		}
 	}
 	fmt.Fprintf(w, "\n| policy | peak goodput (req/min meeting the SLO) |\n|---|---:|\n")
@@ -433,15 +450,6 @@ func sendLag(run replay.RunReport, q float64) float64 {
 	}
 	slices.Sort(lags)
 	return lags[min(int(q*float64(len(lags))), len(lags)-1)]
-}
-
-func sweepRequests(results []harness.PolicyResult) int {
-	for _, r := range results {
-		if len(r.Report.Runs) > 0 {
-			return r.Report.Runs[0].Summary.Requests
-		}
-	}
-	return 0
 }
 
 func writeAccuracy(w io.Writer, results []harness.PolicyResult, warmup int) {

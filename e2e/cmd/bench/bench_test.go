@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +51,27 @@ func TestWriteSkewedTrace(t *testing.T) {
 	}
 	if len(recs) != 500 || hot < 350 || hot > 450 {
 		t.Fatalf("%d records, %d hot; want 500 and about 400", len(recs), hot)
+	}
+}
+
+func TestOverride(t *testing.T) {
+	t.Parallel()
+	all := scenarios(t.TempDir())
+	seed := all[slices.IndexFunc(all, func(s *scenario) bool { return s.name == "seed-shaped" })]
+	mooncake := all[slices.IndexFunc(all, func(s *scenario) bool { return s.name == "mooncake" })]
+	sweep := *seed.sweep
+	override([]*scenario{seed, mooncake}, 3, 0.55)
+	if seed.timeScale != 3 || mooncake.timeScale != 3 {
+		t.Errorf("time scales %g, %g; want 3", seed.timeScale, mooncake.timeScale)
+	}
+	if seed.replay.Load.Rate != 0.55 || !strings.Contains(seed.about, "0.55 requests/s") {
+		t.Errorf("seed-shaped rate %g, about %q; want 0.55, said", seed.replay.Load.Rate, seed.about)
+	}
+	if !slices.Equal(seed.sweep.Rates, sweep.Rates) {
+		t.Error("the rate override changed the sweep")
+	}
+	if mooncake.replay.Load.Kind != replay.LoadTrace || mooncake.replay.Load.Rate != 0 {
+		t.Errorf("trace scenario got rate %g", mooncake.replay.Load.Rate)
 	}
 }
 

@@ -94,8 +94,9 @@ func scenarios(repoRoot string) []*scenario {
 				"(profile `l40s-27b-fp8`: 4,300 blocks of 16 = 68,800 tokens of KV cache each, budget 2,048), GuideLLM-style " +
 				"requests of one of 8 shared 14,000-token prefixes (112K tokens in all: more than one worker's cache, less than " +
 				"three) plus a unique 512-token prompt, 256 output tokens, 150 requests with Poisson arrivals at 0.45 requests/s. " +
-				"The goodput sweep runs 80 new requests per rate behind the same 8 prefixes, from 0.2 to 4 requests/s, on the same workers, and takes the highest completed rate whose " +
-				"TTFT p90 is within 8 s; a run's completed rate counts its whole duration, the last responses included.",
+				"The goodput sweep sends new requests behind the same 8 prefixes at each rate from 0.2 to 4 requests/s, on the same workers, " +
+				"for 60 simulated seconds per rate and at least 80 requests, and takes the highest completed rate whose TTFT p90 is " +
+				"within 8 s; a run's completed rate counts its whole duration, the last responses included.",
 			workers:   workers(3, "l40s-27b-fp8", nil),
 			timeScale: 2, // at 10, harness time between client and warmpath (×10) was a third of a hit's TTFT
 			replay: replay.Config{Seed: 42, Workload: seedShaped, SLO: mustSLO("ttft:p90<=8s"),
@@ -103,8 +104,11 @@ func scenarios(repoRoot string) []*scenario {
 			// Fresh prompts: each rate's run sends new prompts behind the same
 			// 8 prefixes (as GuideLLM's sweep draws from one dataset), not
 			// the last run's fully cached requests again.
+			// A window of 60 s (at least 80 requests) per rate, so that the
+			// top rates' completed rate is not capped by a fixed count.
 			sweep: &replay.LoadConfig{Kind: replay.LoadSweep, Arrivals: replay.LoadPoisson, FreshPrompts: true,
-				Rates: []float64{0.2, 0.3, 0.4, 0.7, 1.0, 1.5, 2.0, 3.0, 4.0}},
+				MaxDuration: replay.Duration(time.Minute), MinSessions: 80,
+				Rates: []float64{0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 1.0, 1.5, 2.0, 3.0, 4.0}},
 			sweepPolicies: []string{"warmpath", "random"},
 		},
 		{
