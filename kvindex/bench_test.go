@@ -314,6 +314,48 @@ func measureTail(b *testing.B, op, between func()) time.Duration {
 	return cpu[len(cpu)/2]
 }
 
+// BenchmarkMachineTail measures the machine's own tail, to read the
+// lookup's p99 against. "stalls" spins on the clock for a second per
+// iteration and reports how often the thread lost the CPU for more than
+// 3 µs (an interrupt, the hypervisor running something else) and how
+// long for: an operation of length L spans a stall with probability
+// about rate × L, so once rate × L passes 1% its p99 is its median plus a
+// stall. "spin=…" runs the pure-computation reference at fixed lengths
+// to show it.
+func BenchmarkMachineTail(b *testing.B) {
+	b.Run("stalls", func(b *testing.B) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var gaps []time.Duration
+		var spent time.Duration
+		for b.Loop() {
+			start := time.Now()
+			last := start
+			for last.Sub(start) < time.Second {
+				now := time.Now()
+				if d := now.Sub(last); d > 3*time.Microsecond {
+					gaps = append(gaps, d)
+				}
+				last = now
+			}
+			spent += last.Sub(start)
+		}
+		slices.Sort(gaps)
+		b.ReportMetric(float64(len(gaps))/spent.Seconds(), "stalls/s")
+		if len(gaps) > 0 {
+			b.ReportMetric(float64(gaps[len(gaps)/2].Nanoseconds()), "stall-p50-ns")
+			b.ReportMetric(float64(gaps[len(gaps)*9/10].Nanoseconds()), "stall-p90-ns")
+		}
+	})
+	t0 := time.Now()
+	spin(1 << 24)
+	perRound := float64(time.Since(t0)) / (1 << 24)
+	for _, us := range []int{2, 4, 6, 8, 10} {
+		rounds := int(float64(us) * 1000 / perRound)
+		b.Run(fmt.Sprintf("spin=%dus", us), func(b *testing.B) { measureTail(b, func() { spin(rounds) }, nil) })
+	}
+}
+
 // BenchmarkIndexMemory measures heap bytes per (block, worker) entry with
 // runtime.MemStats, for blocks held by 1, 8 and 64 workers.
 func BenchmarkIndexMemory(b *testing.B) {
