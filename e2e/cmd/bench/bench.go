@@ -133,6 +133,19 @@ func override(chosen []*scenario, scale, rate float64) {
 	}
 }
 
+// sweepSessions is how many sessions a synthetic sweep generates per
+// run. With a window per rate (MaxDuration), enough for the top rate's
+// window, and at least MinSessions (each run sends those, then what
+// arrives within the window); without, the main run's count up to 80.
+func sweepSessions(l replay.LoadConfig, requests int) int {
+	window := time.Duration(l.MaxDuration).Seconds()
+	if window <= 0 {
+		return min(requests, 80)
+	}
+	top := slices.Max(append([]float64{0}, l.Rates...))
+	return max(l.MinSessions, int(math.Ceil(top*window)))
+}
+
 // runScenario runs one scenario for every policy (and its sweep, or only
 // its sweep), writes its files into dir and its tables to md.
 func runScenario(ctx context.Context, sc *scenario, policies []string, dir, root, envoyBin string, sweep, sweepOnly bool, md, progress io.Writer) error {
@@ -172,11 +185,7 @@ func runScenario(ctx context.Context, sc *scenario, policies []string, dir, root
 		rc := sc.replay
 		rc.Load = *sc.sweep
 		if rc.Workload.Kind == replay.WorkloadSynthetic {
-			// Enough sessions for the top rate's window; each run sends
-			// at least MinSessions and then what arrives within MaxDuration.
-			top := slices.Max(append([]float64{0}, rc.Load.Rates...))
-			window := time.Duration(rc.Load.MaxDuration).Seconds()
-			rc.Workload.Synthetic.Requests = max(rc.Load.MinSessions, int(math.Ceil(top*window)))
+			rc.Workload.Synthetic.Requests = sweepSessions(rc.Load, rc.Workload.Synthetic.Requests)
 		}
 		sres, err := harness.RunPolicies(ctx, setup, harness.Policies(sp...), rc, filepath.Join(dir, "sweep", "logs"), opt)
 		if err != nil {

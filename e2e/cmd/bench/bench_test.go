@@ -75,6 +75,21 @@ func TestOverride(t *testing.T) {
 	}
 }
 
+func TestSweepSessions(t *testing.T) {
+	t.Parallel()
+	window := replay.LoadConfig{Rates: []float64{0.2, 4, 1}, MaxDuration: replay.Duration(time.Minute), MinSessions: 80}
+	if n := sweepSessions(window, 150); n != 240 {
+		t.Errorf("60 s at up to 4/s: %d sessions, want 240", n)
+	}
+	window.Rates = []float64{0.2, 1}
+	if n := sweepSessions(window, 150); n != 80 {
+		t.Errorf("60 s at up to 1/s with at least 80: %d sessions, want 80", n)
+	}
+	if n := sweepSessions(replay.LoadConfig{Rates: []float64{1, 2}}, 150); n != 80 {
+		t.Errorf("no window: %d sessions, want 80", n)
+	}
+}
+
 func mustOpen(t *testing.T, p string) *bufio.Reader {
 	t.Helper()
 	f, err := os.Open(p)
