@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/warmpath/warmpath/e2e/harness"
 	"github.com/warmpath/warmpath/e2e/replay"
@@ -83,7 +81,7 @@ func TestRoutingComparison(t *testing.T) {
 		s := r.Report.Runs[0].Summary
 		by[r.Policy] = r
 		t.Logf("%-13s TTFT p50 %6.2fs p90 %6.2fs  hit %5.1f%%  workers %v  leaked %v  step lag %v  send lag p90 %.2fs",
-			r.Policy, s.TTFT.P50, s.TTFT.P90, s.CacheHitRate*100, s.Workers, r.Leaked, r.StepLag, sendLagP90(r))
+			r.Policy, s.TTFT.P50, s.TTFT.P90, s.CacheHitRate*100, s.Workers, r.Leaked, r.StepLag, harness.SendLag(r.Report.Runs[0], 0.9))
 		t.Run(r.Policy+" leaks nothing and fails nothing", func(t *testing.T) {
 			if r.Leaked != 0 {
 				t.Errorf("%v assignments still in flight after the run", r.Leaked)
@@ -111,13 +109,12 @@ func TestRoutingComparison(t *testing.T) {
 		t.Run(fmt.Sprintf("%s beats %s on %s", o.better, o.worse, o.metric), func(t *testing.T) {
 			b, w := by[o.better], by[o.worse]
 			ok := func() bool { return o.get(b.Report.Runs[0].Summary) < o.get(w.Report.Runs[0].Summary) }
-			// A comparison whose runs fell behind their schedule (the
-			// machine too busy to keep the simulators on time; at time
+			// A comparison whose runs fell behind their schedule (at time
 			// scale 40 every wall millisecond is 40 simulated ones) says
 			// nothing about routing: run those two policies again once.
-			if !ok() && (behind(b) || behind(w)) {
+			if !ok() && (b.FellBehind() || w.FellBehind()) {
 				t.Logf("%s and %s: a run fell behind (step lag %v, %v; send lag p90 %.2fs, %.2fs); running both again",
-					o.better, o.worse, b.StepLag, w.StepLag, sendLagP90(b), sendLagP90(w))
+					o.better, o.worse, b.StepLag, w.StepLag, harness.SendLag(b.Report.Runs[0], 0.9), harness.SendLag(w.Report.Runs[0], 0.9))
 				again, err := harness.RunPolicies(t.Context(), setup, harness.Policies(o.better, o.worse), rc, t.TempDir(), harness.Options{})
 				if err != nil {
 					t.Fatal(err)
@@ -133,28 +130,6 @@ func TestRoutingComparison(t *testing.T) {
 	if t.Failed() {
 		dumpLogs(t, logDir)
 	}
-}
-
-// behind reports whether a policy's run fell behind its schedule, by the
-// benchmark's thresholds: client send lag p90 over 1 s or mean engine step
-// lag over 100 ms, simulated.
-func behind(r harness.PolicyResult) bool {
-	return sendLagP90(r) > 1 || r.StepLag > 100*time.Millisecond
-}
-
-// sendLagP90 is how late the client sent its requests against their
-// schedule, p90, in simulated seconds.
-func sendLagP90(r harness.PolicyResult) float64 {
-	reqs := r.Report.Runs[0].Requests
-	if len(reqs) == 0 {
-		return 0
-	}
-	lags := make([]float64, len(reqs))
-	for i, q := range reqs {
-		lags[i] = (q.Sent - q.Scheduled).Seconds()
-	}
-	slices.Sort(lags)
-	return lags[min(len(lags)*9/10, len(lags)-1)]
 }
 
 // smallCache gives a worker 1500 blocks (24K tokens): room for about two

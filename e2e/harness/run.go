@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,6 +15,29 @@ import (
 
 	"github.com/warmpath/warmpath/e2e/replay"
 )
+
+// SendLag is the q-quantile of how late the replayer sent a run's requests
+// against their schedule, in seconds (simulated, in a converted report):
+// the client side of the harness's fidelity.
+func SendLag(run replay.RunReport, q float64) float64 {
+	if len(run.Requests) == 0 {
+		return math.NaN()
+	}
+	lags := make([]float64, len(run.Requests))
+	for i, r := range run.Requests {
+		lags[i] = (r.Sent - r.Scheduled).Seconds()
+	}
+	slices.Sort(lags)
+	return lags[min(int(q*float64(len(lags))), len(lags)-1)]
+}
+
+// FellBehind reports whether the harness could not keep r's first run on
+// schedule (the machine too busy): client send lag p90 over 1 s or mean
+// engine step lag over 100 ms, simulated. Such a run says little about the
+// policy.
+func (r PolicyResult) FellBehind() bool {
+	return (len(r.Report.Runs) > 0 && SendLag(r.Report.Runs[0], 0.9) > 1) || r.StepLag > 100*time.Millisecond
+}
 
 // PolicyResult is one policy's run of a workload.
 type PolicyResult struct {

@@ -233,3 +233,51 @@ func TestSetupValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestSendLag(t *testing.T) {
+	t.Parallel()
+	run := replay.RunReport{}
+	for i := range 10 {
+		run.Requests = append(run.Requests, replay.Result{Scheduled: time.Second, Sent: time.Second + time.Duration(i)*time.Millisecond})
+	}
+	tests := []struct {
+		name string
+		q    float64
+		want float64
+	}{
+		{"median", 0.5, 0.005},
+		{"p90", 0.9, 0.009},
+		{"max", 1, 0.009},
+	}
+	for _, tc := range tests {
+		if got := SendLag(run, tc.q); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestFellBehind(t *testing.T) {
+	t.Parallel()
+	late := func(d time.Duration) *replay.Report {
+		run := replay.RunReport{}
+		for range 10 {
+			run.Requests = append(run.Requests, replay.Result{Scheduled: time.Second, Sent: time.Second + d})
+		}
+		return &replay.Report{Runs: []replay.RunReport{run}}
+	}
+	tests := []struct {
+		name string
+		r    PolicyResult
+		want bool
+	}{
+		{"on time", PolicyResult{Report: late(10 * time.Millisecond), StepLag: 5 * time.Millisecond}, false},
+		{"sent late", PolicyResult{Report: late(2 * time.Second)}, true},
+		{"steps late", PolicyResult{Report: late(0), StepLag: 150 * time.Millisecond}, true},
+		{"no run", PolicyResult{Report: &replay.Report{}}, false},
+	}
+	for _, tc := range tests {
+		if got := tc.r.FellBehind(); got != tc.want {
+			t.Errorf("%s: FellBehind %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

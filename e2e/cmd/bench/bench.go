@@ -409,14 +409,14 @@ func writeTable(w io.Writer, results []harness.PolicyResult, slo replay.SLO) {
 			vs = fmt.Sprintf("%.2f×", s.TTFT.P50/base.TTFT.P50)
 		}
 		name := r.Policy
-		if lag := sendLag(r.Report.Runs[0], 0.9); lag > 1 || r.StepLag > 100*time.Millisecond {
+		if r.FellBehind() {
 			name += " †"
 			behind = true
 		}
 		fmt.Fprintf(w, "| %s | %d | %d | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.1f%% | %s | %v | %s | %.0f ms |\n",
 			name, s.Requests, s.Failed, secs(s.TTFT.P50), secs(s.TTFT.P90), secs(s.TTFT.P99), secs(s.E2E.P50), secs(s.E2E.P90),
 			secs(s.ITL.P50), s.RequestsPerMinute, s.Goodput*60, s.CacheHitRate*100, vs, r.Leaked,
-			secs(sendLag(r.Report.Runs[0], 0.9)), r.StepLag.Seconds()*1000)
+			secs(harness.SendLag(r.Report.Runs[0], 0.9)), r.StepLag.Seconds()*1000)
 	}
 	if !behind {
 		fmt.Fprintln(w)
@@ -444,21 +444,6 @@ func writeSweep(w io.Writer, results []harness.PolicyResult, slo replay.SLO) {
 		fmt.Fprintf(w, "| %s | %.1f |\n", r.Policy, r.Report.PeakGoodput)
 	}
 	fmt.Fprintln(w)
-}
-
-// sendLag is the q-quantile of how late the replayer sent requests
-// against their schedule, in seconds: the client side of the harness's
-// fidelity.
-func sendLag(run replay.RunReport, q float64) float64 {
-	if len(run.Requests) == 0 {
-		return math.NaN()
-	}
-	lags := make([]float64, len(run.Requests))
-	for i, r := range run.Requests {
-		lags[i] = (r.Sent - r.Scheduled).Seconds()
-	}
-	slices.Sort(lags)
-	return lags[min(int(q*float64(len(lags))), len(lags)-1)]
 }
 
 func writeAccuracy(w io.Writer, results []harness.PolicyResult, warmup int) {

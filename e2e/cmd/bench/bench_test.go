@@ -100,28 +100,6 @@ func mustOpen(t *testing.T, p string) *bufio.Reader {
 	return bufio.NewReader(f)
 }
 
-func TestSendLag(t *testing.T) {
-	t.Parallel()
-	run := replay.RunReport{}
-	for i := range 10 {
-		run.Requests = append(run.Requests, replay.Result{Scheduled: time.Second, Sent: time.Second + time.Duration(i)*time.Millisecond})
-	}
-	tests := []struct {
-		name string
-		q    float64
-		want float64
-	}{
-		{"median", 0.5, 0.005},
-		{"p90", 0.9, 0.009},
-		{"max", 1, 0.009},
-	}
-	for _, tc := range tests {
-		if got := sendLag(run, tc.q); got != tc.want {
-			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
 func TestScenariosAreValid(t *testing.T) {
 	t.Parallel()
 	seen := map[string]bool{}
