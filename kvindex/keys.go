@@ -32,8 +32,13 @@ func (k ChainKey) root() uint64 {
 // blockKey chains the key of one full block of tokens onto its parent's
 // key: a hash of the block's tokens alone, mixed with the parent's key.
 // Keys are compared only within one process, so they need not be stable
-// across versions or machines.
+// across versions or machines: blocks of 16 tokens hash differently where
+// the CPU has AES instructions (keys_amd64.go).
 func blockKey(parent uint64, tokens []uint32) uint64 {
+	if len(tokens) == 16 {
+		var out [1]uint64
+		return chainKeys16(parent, tokens, out[:])
+	}
 	return chainKey(parent, blockHash(tokens))
 }
 
@@ -46,19 +51,7 @@ func blockKey(parent uint64, tokens []uint32) uint64 {
 func chainKeys(parent uint64, tokens []uint32, blockSize int, out []uint64) uint64 {
 	h := parent
 	if blockSize == 16 {
-		// vLLM's default block size, with blockHash written in.
-		blocks := asBlocks16(tokens[:16*len(out)])
-		out = out[:len(blocks)]
-		for j := range blocks {
-			t := &blocks[j]
-			c := mum(k0^pair(t[0], t[1]), k4^pair(t[2], t[3]))
-			c ^= mum(k1^pair(t[4], t[5]), k4^pair(t[6], t[7]))
-			c ^= mum(k2^pair(t[8], t[9]), k4^pair(t[10], t[11]))
-			c ^= mum(k3^pair(t[12], t[13]), k4^pair(t[14], t[15]))
-			h = chainKey(h, c^16)
-			out[j] = h
-		}
-		return h
+		return chainKeys16(h, tokens[:16*len(out)], out)
 	}
 	for j := range out {
 		h = blockKey(h, tokens[j*blockSize:(j+1)*blockSize])
@@ -74,6 +67,24 @@ func asBlocks16(tokens []uint32) [][16]uint32 {
 		return nil // no block, and no pointer past tokens' memory
 	}
 	return unsafe.Slice((*[16]uint32)(unsafe.Pointer(unsafe.SliceData(tokens))), len(tokens)/16)
+}
+
+// chainKeys16Go is chainKeys for vLLM's default block size of 16 tokens,
+// with blockHash written in. It is the block-16 hash on machines without
+// the assembly one (keys_amd64.s); len(tokens) is 16·len(out).
+func chainKeys16Go(h uint64, tokens []uint32, out []uint64) uint64 {
+	blocks := asBlocks16(tokens)
+	out = out[:len(blocks)]
+	for j := range blocks {
+		t := &blocks[j]
+		c := mum(k0^pair(t[0], t[1]), k4^pair(t[2], t[3]))
+		c ^= mum(k1^pair(t[4], t[5]), k4^pair(t[6], t[7]))
+		c ^= mum(k2^pair(t[8], t[9]), k4^pair(t[10], t[11]))
+		c ^= mum(k3^pair(t[12], t[13]), k4^pair(t[14], t[15]))
+		h = chainKey(h, c^16)
+		out[j] = h
+	}
+	return h
 }
 
 // Constants of blockHash, in the manner of wyhash. Each has bit 63 set, so

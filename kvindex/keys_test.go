@@ -1,7 +1,9 @@
 package kvindex
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -72,5 +74,71 @@ func TestBlockKeyDistinct(t *testing.T) {
 			block[i] = uint32(rng.IntN(150000))
 		}
 		add(blockKey(rng.Uint64(), block), "random block")
+	}
+}
+
+// TestBlock16Impls checks each way of chaining 16-token blocks that this
+// machine can run (the assembly one and the Go one): chaining a prompt at
+// once or in pieces gives the same keys, and changing any token by one
+// bit, swapping two tokens, or changing the parent changes the key.
+func TestBlock16Impls(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(5, 6))
+	tokens := make([]uint32, 16*40)
+	for i := range tokens {
+		tokens[i] = uint32(rng.IntN(150000))
+	}
+	for name, chain := range block16Impls() {
+		t.Run(name, func(t *testing.T) {
+			whole := make([]uint64, 40)
+			last := chain(42, tokens, whole)
+			if last != whole[39] {
+				t.Fatalf("returned %x, last key %x", last, whole[39])
+			}
+			h := uint64(42)
+			for _, cut := range [][2]int{{0, 1}, {1, 8}, {8, 9}, {9, 40}} {
+				part := make([]uint64, cut[1]-cut[0])
+				h = chain(h, tokens[16*cut[0]:16*cut[1]], part)
+				for j, k := range part {
+					if k != whole[cut[0]+j] {
+						t.Fatalf("block %d: %x in pieces, %x at once", cut[0]+j, k, whole[cut[0]+j])
+					}
+				}
+			}
+			seen := make(map[uint64]string)
+			key := func(parent uint64, block []uint32, what string) {
+				t.Helper()
+				var out [1]uint64
+				k := chain(parent, block, out[:])
+				if prev, ok := seen[k]; ok {
+					t.Fatalf("%s: key %x, as for %s", what, k, prev)
+				}
+				seen[k] = what
+			}
+			block := tokens[:16]
+			key(7, block, "base")
+			key(8, block, "other parent")
+			for i := range 16 {
+				for bit := range 32 {
+					b := slices.Clone(block)
+					b[i] ^= 1 << bit
+					key(7, b, fmt.Sprintf("token %d bit %d", i, bit))
+				}
+				for j := i + 1; j < 16; j++ {
+					if block[i] != block[j] {
+						b := slices.Clone(block)
+						b[i], b[j] = b[j], b[i]
+						key(7, b, fmt.Sprintf("tokens %d and %d swapped", i, j))
+					}
+				}
+			}
+			for n := range 1 << 15 {
+				b := make([]uint32, 16)
+				for i := range b {
+					b[i] = uint32(rng.IntN(150000))
+				}
+				key(rng.Uint64(), b, fmt.Sprintf("random block %d", n))
+			}
+		})
 	}
 }
