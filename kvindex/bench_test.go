@@ -213,7 +213,12 @@ func BenchmarkLookup512x64(b *testing.B) {
 	// prompt's tokens and the nodes its walk visits, in the same order.
 	drain()
 	ix.Lookup(mkey, prompt, testBlock)
-	path := slices.Clone(ix.touchLog[:len(ix.touchLog)-1]) // the walk's nodes; the log ends with a 0
+	var path []uint32 // the walk's nodes, from the runs it logged
+	for r := 0; ix.touchLog[r] != 0; r += 2 {
+		for k := range ix.touchLog[r+1] {
+			path = append(path, ix.touchLog[r]-k)
+		}
+	}
 	drain()
 	readRounds := calibrate(lookupP50, func(n int) { readSet(ix, prompt, path, n) })
 	b.Run("reference-memory", func(b *testing.B) { measureTail(b, func() { readSet(ix, prompt, path, readRounds) }, nil) })
@@ -282,12 +287,16 @@ func spin(n int) {
 func measureTail(b *testing.B, op, between func()) time.Duration {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	// The cost of reading the thread clock, subtracted from CPU samples.
+	// The cost of reading the clocks, subtracted from CPU samples.
 	var probe []time.Duration
+	var sink time.Duration
 	for range 1000 {
 		c0 := threadCPU()
+		t0 := time.Now()
+		sink += time.Since(t0)
 		probe = append(probe, threadCPU()-c0)
 	}
+	_ = sink
 	slices.Sort(probe)
 	overhead := probe[len(probe)/2]
 	wall := make([]time.Duration, 0, 1<<16)
@@ -297,9 +306,13 @@ func measureTail(b *testing.B, op, between func()) time.Duration {
 		if between != nil {
 			between()
 		}
-		t0, c0 := time.Now(), threadCPU()
+		// The wall clock inside the thread clock: reading the thread
+		// clock is a system call, which the wall time must not include.
+		c0 := threadCPU()
+		t0 := time.Now()
 		op()
-		c1, t1 := threadCPU(), time.Now()
+		t1 := time.Now()
+		c1 := threadCPU()
 		if len(wall) < cap(wall) {
 			wall = append(wall, t1.Sub(t0))
 			cpu = append(cpu, c1-c0-overhead)

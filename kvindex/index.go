@@ -91,7 +91,10 @@ type Index struct {
 	touchMu  sync.Mutex
 	touchLog []uint32
 
-	slots    []*slot // by slot id; nil when free
+	slots []*slot // by slot id; nil when free
+	// names[id] is slots[id].name, kept apart so that a lookup building
+	// its matches reads one array instead of every slot.
+	names    []slotName
 	byName   map[slotName]uint16
 	entries  int // (node, slot) entries including speculative ones
 	specs    int // speculative entries
@@ -192,6 +195,7 @@ func (ix *Index) slotLocked(src Source) *slot {
 		}
 		id = len(ix.slots)
 		ix.slots = append(ix.slots, nil)
+		ix.names = append(ix.names, slotName{})
 	}
 	now := ix.now()
 	s := &slot{
@@ -203,6 +207,7 @@ func (ix *Index) slotLocked(src Source) *slot {
 		status: SlotStatus{Worker: src.Worker, Rank: src.Rank, Model: src.Model, LastSeq: -1},
 	}
 	ix.slots[id] = s
+	ix.names[id] = name
 	ix.byName[name] = s.id
 	if src.Rank > 0 {
 		ix.ranked++
@@ -507,16 +512,20 @@ func (ix *Index) toFront(ni uint32) {
 // (they only affect which blocks the budget evicts first).
 const maxTouchLog = 1 << 18
 
-// logTouches records a chain a lookup hit, root first. Called under the
-// read lock, so every logged index is valid when the next writer drains.
-func (ix *Index) logTouches(chain []uint32) {
-	if len(chain) == 0 {
+// logTouches records the nodes of a chain a lookup hit, root first, as
+// runs: pairs (node, n) for the n nodes node, node−1, …, node−n+1, which
+// hold consecutive blocks (a chain stored in one event takes consecutive
+// nodes, tail first). A pair (0, 0) ends the chain in the log. Called
+// under the read lock, so every logged index is valid when the next
+// writer drains.
+func (ix *Index) logTouches(runs []uint32) {
+	if len(runs) == 0 {
 		return
 	}
 	ix.touchMu.Lock()
-	if len(ix.touchLog)+len(chain)+1 <= maxTouchLog {
-		ix.touchLog = append(ix.touchLog, chain...)
-		ix.touchLog = append(ix.touchLog, 0)
+	if len(ix.touchLog)+len(runs)+2 <= maxTouchLog {
+		ix.touchLog = append(ix.touchLog, runs...)
+		ix.touchLog = append(ix.touchLog, 0, 0)
 	}
 	ix.touchMu.Unlock()
 }
@@ -528,14 +537,17 @@ func (ix *Index) drainTouchesLocked() {
 	log := ix.touchLog
 	ix.touchLog = log[:0]
 	start := 0
-	for i, ni := range log {
-		if ni != 0 {
+	for i := 0; i+1 < len(log); i += 2 {
+		if log[i] != 0 {
 			continue
 		}
-		for j := i - 1; j >= start; j-- {
-			ix.toFront(log[j])
+		for j := i - 2; j >= start; j -= 2 {
+			top, n := log[j], log[j+1]
+			for ni := top - n + 1; ni <= top; ni++ {
+				ix.toFront(ni)
+			}
 		}
-		start = i + 1
+		start = i + 2
 	}
 }
 
@@ -690,7 +702,6 @@ func (ix *Index) AppendLookup(dst []Match, key ChainKey, tokens []uint32, blockS
 		return dst
 	}
 	start := time.Now()
-	limit := (len(tokens) - 1) / blockSize
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	// Per slot: blocks held in any medium, and on GPU, as the walk drops it.
@@ -699,45 +710,64 @@ func (ix *Index) AppendLookup(dst []Match, key ChainKey, tokens []uint32, blockS
 	if 2*ix.maxSlots > len(depth) {
 		depth = make([]int32, 2*ix.maxSlots)
 	}
-	// The nodes of the prompt's blocks, as far as they are found.
-	var pathStack [512]uint32
-	path := pathStack[:]
-	if limit > len(path) {
-		path = make([]uint32, limit)
-	}
 	depthAny, depthGPU := depth[:ix.maxSlots], depth[ix.maxSlots:2*ix.maxSlots]
-	w := chainWalk{ix: ix, tokens: tokens, blockSize: blockSize, path: path[:limit],
-		h: key.root(), chunk: 16, now: ix.now().UnixNano(), depthAny: depthAny, depthGPU: depthGPU}
-	matched := w.walk()
-	ix.logTouches(path[:matched])
+	var runStack [512]uint32
+	w := chainWalk{ix: ix, tokens: tokens, blockSize: blockSize, blocks: (len(tokens) - 1) / blockSize,
+		h: key.root(), chunk: 16, depthAny: depthAny, depthGPU: depthGPU}
+	_, runs := w.walk(runStack[:0])
+	ix.logTouches(runs)
 	if dst == nil {
 		dst = make([]Match, 0, min(ix.maxSlots, 64))
 	}
-	out := dst
-	var byWorker map[string]int // only with data-parallel ranks
-	if ix.ranked > 0 {
-		byWorker = make(map[string]int)
-	}
-	for id, d := range depthAny {
-		if d == 0 || ix.slots[id] == nil {
-			continue
-		}
-		s := ix.slots[id]
-		m := Match{Worker: s.name.worker, Rank: s.name.rank, GPUTokens: int(depthGPU[id]) * blockSize}
-		m.OffloadedTokens = int(d)*blockSize - m.GPUTokens
-		if byWorker != nil {
-			if j, ok := byWorker[m.Worker]; ok {
-				if m.CachedTokens() > out[j].CachedTokens() {
-					out[j] = m
-				}
-				continue
-			}
-			byWorker[m.Worker] = len(out)
-		}
-		out = append(out, m)
+	var out []Match
+	if ix.ranked == 0 {
+		out = appendMatches(dst, depthAny, depthGPU, ix.names, blockSize)
+	} else {
+		out = appendRankedMatches(dst, depthAny, depthGPU, ix.names, blockSize)
 	}
 	ix.m.lookup.Observe(time.Since(start).Seconds())
 	return out
+}
+
+// appendMatches appends a Match per slot with a hit: depthAny and
+// depthGPU are the slots' blocks held in any medium and on GPU, names
+// their names (empty for a free slot).
+func appendMatches(out []Match, depthAny, depthGPU []int32, names []slotName, blockSize int) []Match {
+	names = names[:len(depthAny)]
+	depthGPU = depthGPU[:len(depthAny)]
+	for id, d := range depthAny {
+		if d == 0 || names[id].worker == "" {
+			continue
+		}
+		// Field by field: a Match built on the stack and then copied
+		// costs a failed store-to-load forwarding per word.
+		out = append(out, Match{})
+		m := &out[len(out)-1]
+		m.Worker, m.Rank = names[id].worker, names[id].rank
+		m.GPUTokens = int(depthGPU[id]) * blockSize
+		m.OffloadedTokens = int(d)*blockSize - m.GPUTokens
+	}
+	return out
+}
+
+// appendRankedMatches is appendMatches where workers have data-parallel
+// ranks: one Match per worker, its rank with the longest prefix.
+func appendRankedMatches(out []Match, depthAny, depthGPU []int32, names []slotName, blockSize int) []Match {
+	first := len(out)
+	out = appendMatches(out, depthAny, depthGPU, names, blockSize)
+	byWorker := make(map[string]int, len(out)-first)
+	kept := out[:first]
+	for _, m := range out[first:] {
+		if j, ok := byWorker[m.Worker]; ok {
+			if m.CachedTokens() > kept[j].CachedTokens() {
+				kept[j] = m
+			}
+			continue
+		}
+		byWorker[m.Worker] = len(kept)
+		kept = append(kept, m)
+	}
+	return kept
 }
 
 // chainWalk is the state of one lookup's walk down a prompt's chain of
@@ -748,11 +778,11 @@ type chainWalk struct {
 	ix        *Index
 	tokens    []uint32
 	blockSize int
-	path      []uint32 // one node per block up to the cap; filled as found
-	h         uint64   // key of the last block hashed
-	hashed    int      // blocks hashed so far
+	blocks    int    // blocks up to the cap
+	h         uint64 // key of the last block hashed
+	hashed    int    // blocks hashed so far
 	chunk     int
-	now       int64 // unix nanos, for speculative entries
+	now       int64 // unix nanos, for speculative entries; 0 until needed
 
 	// Per slot, blocks held in any medium and on GPU, set as the walk
 	// drops the slot.
@@ -767,7 +797,7 @@ type chainWalk struct {
 
 // hash returns the keys of the next chunk of blocks, none past the cap.
 func (w *chainWalk) hash() []uint64 {
-	c := min(w.chunk, len(w.path)-w.hashed, len(w.keys))
+	c := min(w.chunk, w.blocks-w.hashed, len(w.keys))
 	w.chunk *= 2
 	keys := w.keys[:c]
 	w.h = chainKeys(w.h, w.tokens[w.hashed*w.blockSize:], w.blockSize, keys)
@@ -776,9 +806,11 @@ func (w *chainWalk) hash() []uint64 {
 }
 
 // walk walks the chain, recording per slot the blocks it holds in any
-// medium and on GPU, and returns the number of leading blocks some slot
-// holds.
-func (w *chainWalk) walk() int {
+// medium and on GPU. It returns the number of leading blocks some slot
+// holds, and their nodes appended to runs as logTouches takes them: runs
+// (node, n) of consecutive nodes going down. (runs is not kept in w, so
+// that a caller's stack array can back it.)
+func (w *chainWalk) walk(runs []uint32) (int, []uint32) {
 	n := len(w.depthAny)
 	w.anyW = ^uint64(0) >> (64 - min(n, 64)) // all slots to begin with
 	w.gpuW = w.anyW
@@ -791,35 +823,39 @@ func (w *chainWalk) walk() int {
 		w.hiAny[words-2] = ^uint64(0) >> (64*words - n)
 		w.hiGPU[words-2] = w.hiAny[words-2]
 	}
-	pages, used := w.ix.pages, w.ix.nnodes-1
+	pages := w.ix.pages
 	fast := w.hiAny == nil
 	i := 0
 	var prev uint32 // the node of the previous block
 	for keys := w.hash(); len(keys) > 0; keys = w.hash() {
-		path := w.path[i : i+len(keys)]
-		anyW := w.anyW
-		for j, k := range keys {
-			// The common case, written in so that the loop makes no
-			// call: a chain stored in one event takes consecutive
-			// nodes, tail first, so a block's node is usually the one
-			// just below the previous block's; and most blocks are
-			// shared, held on GPU only, and drop no slot.
-			if ni := prev - 1; ni-1 < used && fast {
-				n := &pages[ni>>pageShift][ni&(pageSize-1)]
-				if n.key == k && n.b>>61 == modeShared>>61 && anyW&^n.a == 0 {
-					path[j] = ni
-					prev = ni
-					continue
+		for j := 0; j < len(keys); {
+			// The common case first: a chain stored in one event takes
+			// consecutive nodes, tail first, so a block's node is usually
+			// the one just below the previous block's; and most blocks
+			// are shared, held on GPU only, and drop no slot.
+			if ni := prev - 1; fast && prev > 1 {
+				off := ni & (pageSize - 1)
+				if m := descend(pages[ni>>pageShift][:off+1], keys[j:], w.anyW); m > 0 {
+					runs[len(runs)-1] += uint32(m)
+					j += m
+					prev -= uint32(m)
+					if m == int(off)+1 || j == len(keys) {
+						continue // on to the page below, or the next chunk
+					}
 				}
 			}
-			ni := w.step(prev, k, i+j)
+			ni := w.step(prev, keys[j], i+j)
 			if ni == 0 {
 				i += j
 				goto end
 			}
-			path[j] = ni
+			if ni == prev-1 && len(runs) > 0 {
+				runs[len(runs)-1]++
+			} else {
+				runs = append(runs, ni, 1)
+			}
 			prev = ni
-			anyW = w.anyW
+			j++
 		}
 		i += len(keys)
 	}
@@ -830,7 +866,22 @@ end:
 		setDepth(w.depthAny, k+1, w.hiAny[k], i)
 		setDepth(w.depthGPU, k+1, w.hiGPU[k], i)
 	}
-	return i
+	return i, runs
+}
+
+// descend returns how many of keys the nodes at the end of page hold in
+// walk's common case, the first key against the last node and on down:
+// each node holds its key, is shared, and is held by every slot in all.
+func descend(page []node, keys []uint64, all uint64) int {
+	n := min(len(page), len(keys))
+	page = page[len(page)-n:]
+	for j := range n {
+		nd := &page[n-1-j]
+		if (nd.key^keys[j])|(nd.b>>61^modeShared>>61)|(all&^nd.a) != 0 {
+			return j
+		}
+	}
+	return n
 }
 
 // step is walk's general case for block i, of key k, after node prev (0
@@ -855,7 +906,7 @@ func (w *chainWalk) step(prev uint32, k uint64, i int) uint32 {
 	}
 	g, a := n.a, n.a
 	if n.b>>61 != modeShared>>61 {
-		g, a = ix.holders(n, 0, w.now)
+		g, a = ix.holders(n, 0, w.nowNanos())
 	}
 	setDepth(w.depthAny, 0, w.anyW&^a, i)
 	setDepth(w.depthGPU, 0, w.gpuW&^g, i)
@@ -863,7 +914,7 @@ func (w *chainWalk) step(prev uint32, k uint64, i int) uint32 {
 	w.gpuW &= g
 	live := w.anyW != 0
 	for k := range w.hiAny {
-		g, a := ix.holders(n, k+1, w.now)
+		g, a := ix.holders(n, k+1, w.nowNanos())
 		setDepth(w.depthAny, k+1, w.hiAny[k]&^a, i)
 		setDepth(w.depthGPU, k+1, w.hiGPU[k]&^g, i)
 		w.hiAny[k] &= a
@@ -874,6 +925,15 @@ func (w *chainWalk) step(prev uint32, k uint64, i int) uint32 {
 		return 0
 	}
 	return ni
+}
+
+// nowNanos returns the walk's time, read from the clock the first time a
+// node needs it (only speculative entries do).
+func (w *chainWalk) nowNanos() int64 {
+	if w.now == 0 {
+		w.now = w.ix.now().UnixNano()
+	}
+	return w.now
 }
 
 // holding returns node ni if it is in use and holds key k, or nil; ni

@@ -132,6 +132,7 @@ func (ix *Index) RemoveWorker(worker string) {
 		ix.clearSlotLocked(s)
 		delete(ix.byName, s.name)
 		ix.slots[i] = nil
+		ix.names[i] = slotName{}
 		if s.name.rank > 0 {
 			ix.ranked--
 		}
