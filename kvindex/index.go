@@ -76,9 +76,9 @@ func WithClock(now func() time.Time) Option {
 type Index struct {
 	mu sync.RWMutex
 
-	keys    table             // block key → node index
-	pages   []*[pageSize]node // see nodes.go
-	nnodes  uint32            // node indices handed out so far, 0 included
+	keys    table    // block key → node index
+	pages   [][]node // see nodes.go
+	nnodes  uint32   // node indices handed out so far, 0 included
 	free    []uint32
 	exts    []nodeExt // holders of shared nodes
 	freeExt []uint32
@@ -842,6 +842,37 @@ func (w *chainWalk) walk(runs []uint32) (int, []uint32) {
 					if m == int(off)+1 || j == len(keys) {
 						continue // on to the page below, or the next chunk
 					}
+				}
+			}
+			if fast && prev != 0 {
+				// The next most common case: the block's node starts
+				// another run, and is the previous node's successor in
+				// the LRU list (lookups and stores move a chain to the
+				// front root last). Written in, with the pages at hand,
+				// because through step the probe is a chain of six
+				// dependent loads.
+				nx := pages[prev>>pageShift][prev&(pageSize-1)].next
+				if n := &pages[nx>>pageShift][nx&(pageSize-1)]; n.key == keys[j] && n.b>>61 == modeShared>>61 {
+					if drop := w.anyW &^ n.a; drop != 0 {
+						setDepth(w.depthAny, 0, drop, i+j)
+						w.anyW &= n.a
+					}
+					if drop := w.gpuW &^ n.a; drop != 0 {
+						setDepth(w.depthGPU, 0, drop, i+j)
+						w.gpuW &= n.a
+					}
+					if w.anyW == 0 {
+						i += j
+						goto end
+					}
+					if nx == prev-1 {
+						runs[len(runs)-1]++
+					} else {
+						runs = append(runs, nx, 1)
+					}
+					prev = nx
+					j++
+					continue
 				}
 			}
 			ni := w.step(prev, keys[j], i+j)

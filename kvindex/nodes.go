@@ -7,6 +7,11 @@ package kvindex
 // block held by several streams, or speculated on, keeps its holders in a
 // nodeExt, except the GPU bitset of streams 0–63, which stays in the node so
 // that a lookup over a GPU-only block touches the node alone.
+//
+// Pages are slices of pageSize nodes, not pointers to arrays: indexing a
+// page through a pointer makes the compiler check it for nil by reading
+// the page's first byte (a node may lie past the guard page), a second
+// cache line, and often a second TLB entry, for every node read.
 
 const (
 	pageShift = 12
@@ -86,7 +91,7 @@ func (ix *Index) newNode() uint32 {
 	}
 	ni := ix.nnodes
 	if int(ni>>pageShift) == len(ix.pages) {
-		ix.pages = append(ix.pages, new([pageSize]node))
+		ix.pages = append(ix.pages, make([]node, pageSize))
 	}
 	ix.nnodes++
 	return ni
