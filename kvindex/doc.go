@@ -43,17 +43,19 @@
 //
 // # Lookup
 //
-// A lookup hashes the prompt's blocks a chunk at a time and walks their
-// nodes. A block's node is usually the one just below the previous
+// A lookup hashes the prompt's blocks a chunk at a time (16-token blocks
+// with AES rounds on amd64, keys_amd64.s) and walks their nodes. A block's node is usually the one just below the previous
 // block's (a chain stored in one event takes consecutive nodes) or the
 // next one in the LRU list (stores and lookups leave chains there in
 // order); the table is probed only when neither holds the block's key.
 // The holders among streams 0–63 are intersected as one 64-bit word per
 // block and a stream's depth is written only when it drops out, so a
 // block costs the same whatever the number of workers; the walk stops at
-// the first block no stream still holds. A lookup of up to 512 blocks
-// over up to 64 streams without data-parallel ranks allocates only its
-// result.
+// the first block no stream still holds. The nodes it found are logged
+// as runs of consecutive nodes, which the next writer moves to the front
+// of the LRU list. [Index.AppendLookup] over up to 64 streams, whose
+// nodes form up to 256 runs, allocates nothing when its buffer has room;
+// with data-parallel ranks it also builds a map from worker to match.
 //
 // # Streams
 //

@@ -419,3 +419,33 @@ func TestMetricsExposition(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestLookupManyRuns stores a prompt one block per event, with another
+// chain's block stored between, so that no two of its blocks have
+// consecutive nodes: the walk finds 400 runs, more than its stack array
+// holds, and still matches every block and logs every node it touched.
+func TestLookupManyRuns(t *testing.T) {
+	t.Parallel()
+	const blocks = 400
+	ix := New(WithEntryBudget(1 << 20))
+	prompt := seqTokens(1, blocks*testBlock+1)
+	other := seqTokens(1_000_000, blocks*testBlock)
+	for i := range blocks {
+		apply(ix, "w", storeEv(prompt, i, i+1, 0, ""))
+		apply(ix, "w", storeEv(other, i, i+1, 1<<32, ""))
+	}
+	if gpu, _ := cachedOn(ix.Lookup(mkey, prompt, testBlock), "w"); gpu != blocks*testBlock {
+		t.Fatalf("cached %d tokens, want %d", gpu, blocks*testBlock)
+	}
+	touched := 0
+	for r := 0; ix.touchLog[r] != 0; r += 2 {
+		touched += int(ix.touchLog[r+1])
+	}
+	if runs := (len(ix.touchLog) - 2) / 2; runs <= 256 || touched != blocks {
+		t.Fatalf("touch log holds %d runs of %d nodes, want more than 256 runs of %d", runs, touched, blocks)
+	}
+	apply(ix, "w") // drains the log
+	if gpu, _ := cachedOn(ix.Lookup(mkey, prompt, testBlock), "w"); gpu != blocks*testBlock {
+		t.Fatalf("after the drain: cached %d tokens, want %d", gpu, blocks*testBlock)
+	}
+}
