@@ -865,11 +865,7 @@ func (w *chainWalk) walk(runs []uint32) (int, []uint32) {
 						i += j
 						goto end
 					}
-					if nx == prev-1 {
-						runs[len(runs)-1]++
-					} else {
-						runs = append(runs, nx, 1)
-					}
+					runs = visit(runs, prev, nx)
 					prev = nx
 					j++
 					continue
@@ -880,11 +876,7 @@ func (w *chainWalk) walk(runs []uint32) (int, []uint32) {
 				i += j
 				goto end
 			}
-			if ni == prev-1 && len(runs) > 0 {
-				runs[len(runs)-1]++
-			} else {
-				runs = append(runs, ni, 1)
-			}
+			runs = visit(runs, prev, ni)
 			prev = ni
 			j++
 		}
@@ -898,6 +890,16 @@ end:
 		setDepth(w.depthGPU, k+1, w.hiGPU[k], i)
 	}
 	return i, runs
+}
+
+// visit adds node ni, the node of the block after node prev's, to runs:
+// to prev's run when ni lies just below it, else as a run of its own.
+func visit(runs []uint32, prev, ni uint32) []uint32 {
+	if ni == prev-1 && len(runs) > 0 {
+		runs[len(runs)-1]++
+		return runs
+	}
+	return append(runs, ni, 1)
 }
 
 // descend returns how many of keys the nodes at the end of page hold in
