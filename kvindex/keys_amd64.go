@@ -5,9 +5,9 @@ package kvindex
 import "golang.org/x/sys/cpu"
 
 // hasAES says whether chainKeys16 may use the AES-round block hash of
-// keys_amd64.s. It is read once, at start, so every key of a process is
-// made the same way.
-var hasAES = cpu.X86.HasAES
+// keys_amd64.s, which needs AES-NI and the AVX (VEX) encoding. It is read
+// once, at start, so every key of a process is made the same way.
+var hasAES = cpu.X86.HasAES && cpu.X86.HasAVX
 
 // chainKeys16 is chainKeys for blocks of 16 tokens; len(tokens) is
 // 16·len(out).
@@ -16,10 +16,14 @@ var hasAES = cpu.X86.HasAES
 // keys of one 128-bit state: the first 16 bytes are mixed into the state,
 // each further 16 bytes are one round's key, and two rounds with fixed keys
 // follow, so that every bit of the last 16 bytes has gone through two full
-// rounds. The state's low 64 bits are the block's hash, chained onto the
-// parent's key with one 64×64→128-bit multiply. Per block that is six AES
-// rounds and one multiply, against five multiplies and their moves in
-// chainKeys16Go; the serial chaining multiply is what bounds it.
+// rounds. The state's low 64 bits are the block's hash c, and the block's
+// key is parent·M + c mod 2⁶⁴ for an odd M: for a fixed parent distinct
+// hashes give distinct keys, for a fixed hash distinct parents do, and a
+// difference in two blocks cancels only if their hashes differ by an exact
+// multiple, which pseudo-random 64-bit hashes do about once in 2⁶⁴. Per
+// block that is six AES rounds, a multiply and an add, against five
+// 128-bit multiplies and their moves in chainKeys16Go; the serial
+// multiply-add is what bounds it.
 func chainKeys16(h uint64, tokens []uint32, out []uint64) uint64 {
 	if !hasAES || len(out) == 0 {
 		return chainKeys16Go(h, tokens, out)
