@@ -883,13 +883,25 @@ func (w *chainWalk) walk(runs []uint32) (int, []uint32) {
 		i += len(keys)
 	}
 end:
-	setDepth(w.depthAny, 0, w.anyW, i)
-	setDepth(w.depthGPU, 0, w.gpuW, i)
+	// The slots still holding every block: depth i. For slots 0–63 over
+	// the whole word without a branch, which is cheaper than a step per
+	// set bit when most of them are set.
+	low := min(len(w.depthAny), 64)
+	fillDepth(w.depthAny[:low], w.anyW, int32(i))
+	fillDepth(w.depthGPU[:low], w.gpuW, int32(i))
 	for k := range w.hiAny {
 		setDepth(w.depthAny, k+1, w.hiAny[k], i)
 		setDepth(w.depthGPU, k+1, w.hiGPU[k], i)
 	}
 	return i, runs
+}
+
+// fillDepth sets depth[id] to d for each id whose bit is set in set; those
+// entries must be 0.
+func fillDepth(depth []int32, set uint64, d int32) {
+	for id := range depth {
+		depth[id] |= -int32(set>>uint(id)&1) & d
+	}
 }
 
 // visit adds node ni, the node of the block after node prev's, to runs:
