@@ -43,11 +43,14 @@
 //
 // # Lookup
 //
-// A lookup hashes the prompt's blocks a chunk at a time (16-token blocks
-// with AES rounds on amd64, keys_amd64.s) and walks their nodes. A block's node is usually the one just below the previous
-// block's (a chain stored in one event takes consecutive nodes) or the
-// next one in the LRU list (stores and lookups leave chains there in
-// order); the table is probed only when neither holds the block's key.
+// A lookup hashes the prompt's blocks and walks their nodes; for 16-token
+// blocks on amd64 one assembly loop hashes a block with AES rounds and
+// checks its node (keys_amd64.s), so the hash of one block overlaps the
+// node reads of the last. A block's node is usually the one just below
+// the previous block's (a chain stored in one event takes consecutive
+// nodes) or the next one in the LRU list (stores and lookups leave chains
+// there in order); the table is probed only when neither holds the
+// block's key.
 // The holders among streams 0–63 are intersected as one 64-bit word per
 // block and a stream's depth is written only when it drops out, so a
 // block costs the same whatever the number of workers; the walk stops at

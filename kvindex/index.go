@@ -771,9 +771,10 @@ func appendRankedMatches(out []Match, depthAny, depthGPU []int32, names []slotNa
 }
 
 // chainWalk is the state of one lookup's walk down a prompt's chain of
-// blocks. It hashes the blocks a chunk at a time, which lets the CPU
-// overlap their hashes; chunks double from 16 blocks so that an early miss
-// wastes little.
+// blocks. For 16-token blocks over slots 0–63 it hashes each block as it
+// reaches it (walk16); otherwise it hashes a chunk at a time, which lets
+// the CPU overlap their hashes, the chunks doubling from 16 blocks so that
+// an early miss wastes little (walkChunks).
 type chainWalk struct {
 	ix        *Index
 	tokens    []uint32
@@ -823,6 +824,68 @@ func (w *chainWalk) walk(runs []uint32) (int, []uint32) {
 		w.hiAny[words-2] = ^uint64(0) >> (64*words - n)
 		w.hiGPU[words-2] = w.hiAny[words-2]
 	}
+	var i int
+	if w.blockSize == 16 && w.hiAny == nil {
+		i, runs = w.walk16(runs)
+	} else {
+		i, runs = w.walkChunks(runs)
+	}
+	// The slots still holding every block: depth i. For slots 0–63 over
+	// the whole word without a branch, which is cheaper than a step per
+	// set bit when most of them are set.
+	low := min(len(w.depthAny), 64)
+	fillDepth(w.depthAny[:low], w.anyW, int32(i))
+	fillDepth(w.depthGPU[:low], w.gpuW, int32(i))
+	for k := range w.hiAny {
+		setDepth(w.depthAny, k+1, w.hiAny[k], i)
+		setDepth(w.depthGPU, k+1, w.hiGPU[k], i)
+	}
+	return i, runs
+}
+
+// walk16 is walk for blocks of 16 tokens (vLLM's default) over slots 0–63.
+// Its common case hashes a block and checks the node below the previous
+// block's in one loop (hashDescend16), so that the CPU overlaps the serial
+// part of the hash with the node reads.
+func (w *chainWalk) walk16(runs []uint32) (int, []uint32) {
+	pages := w.ix.pages
+	h := w.h
+	i := 0
+	var prev uint32 // the node of the previous block
+	for i < w.blocks {
+		var k uint64 // block i's key
+		if prev > 1 {
+			ni := prev - 1
+			off := int(ni & (pageSize - 1))
+			lim := min(w.blocks-i, off+1)
+			m, key := hashDescend16(h, w.tokens[16*i:16*(i+lim)], pages[ni>>pageShift][off+1-lim:off+1], w.anyW)
+			if m > 0 {
+				runs[len(runs)-1] += uint32(m)
+				prev -= uint32(m)
+				i += m
+			}
+			h, k = key, key
+			if m == lim {
+				continue // on to the page below, or done
+			}
+		} else {
+			var one [1]uint64
+			k = chainKeys16(h, w.tokens[16*i:16*(i+1)], one[:])
+		}
+		ni := w.find(pages, prev, k, i)
+		if ni == 0 {
+			break
+		}
+		runs = visit(runs, prev, ni)
+		prev, h = ni, k
+		i++
+	}
+	return i, runs
+}
+
+// walkChunks is walk for any block size and any number of slots: it
+// hashes a chunk of blocks at a time (see hash) and walks their nodes.
+func (w *chainWalk) walkChunks(runs []uint32) (int, []uint32) {
 	pages := w.ix.pages
 	fast := w.hiAny == nil
 	i := 0
@@ -844,37 +907,9 @@ func (w *chainWalk) walk(runs []uint32) (int, []uint32) {
 					}
 				}
 			}
-			if fast && prev != 0 {
-				// The next most common case: the block's node starts
-				// another run, and is the previous node's successor in
-				// the LRU list (lookups and stores move a chain to the
-				// front root last). Written in, with the pages at hand,
-				// because through step the probe is a chain of six
-				// dependent loads.
-				nx := pages[prev>>pageShift][prev&(pageSize-1)].next
-				if n := &pages[nx>>pageShift][nx&(pageSize-1)]; n.key == keys[j] && n.b>>61 == modeShared>>61 {
-					if drop := w.anyW &^ n.a; drop != 0 {
-						setDepth(w.depthAny, 0, drop, i+j)
-						w.anyW &= n.a
-					}
-					if drop := w.gpuW &^ n.a; drop != 0 {
-						setDepth(w.depthGPU, 0, drop, i+j)
-						w.gpuW &= n.a
-					}
-					if w.anyW == 0 {
-						i += j
-						goto end
-					}
-					runs = visit(runs, prev, nx)
-					prev = nx
-					j++
-					continue
-				}
-			}
-			ni := w.step(prev, keys[j], i+j)
+			ni := w.find(pages, prev, keys[j], i+j)
 			if ni == 0 {
-				i += j
-				goto end
+				return i + j, runs
 			}
 			runs = visit(runs, prev, ni)
 			prev = ni
@@ -882,18 +917,36 @@ func (w *chainWalk) walk(runs []uint32) (int, []uint32) {
 		}
 		i += len(keys)
 	}
-end:
-	// The slots still holding every block: depth i. For slots 0–63 over
-	// the whole word without a branch, which is cheaper than a step per
-	// set bit when most of them are set.
-	low := min(len(w.depthAny), 64)
-	fillDepth(w.depthAny[:low], w.anyW, int32(i))
-	fillDepth(w.depthGPU[:low], w.gpuW, int32(i))
-	for k := range w.hiAny {
-		setDepth(w.depthAny, k+1, w.hiAny[k], i)
-		setDepth(w.depthGPU, k+1, w.hiGPU[k], i)
-	}
 	return i, runs
+}
+
+// find returns the node of block i, of key k, after node prev (0 for the
+// first block), dropping the slots that do not hold it, or 0 when the walk
+// ends there. It is the walks' case past the node below prev.
+func (w *chainWalk) find(pages [][]node, prev uint32, k uint64, i int) uint32 {
+	if w.hiAny == nil && prev != 0 {
+		// The next most common case: the block's node starts another
+		// run, and is the previous node's successor in the LRU list
+		// (lookups and stores move a chain to the front root last).
+		// With the pages at hand: through step the probe is a chain of
+		// six dependent loads.
+		nx := pages[prev>>pageShift][prev&(pageSize-1)].next
+		if n := &pages[nx>>pageShift][nx&(pageSize-1)]; n.key == k && n.b>>61 == modeShared>>61 {
+			if drop := w.anyW &^ n.a; drop != 0 {
+				setDepth(w.depthAny, 0, drop, i)
+				w.anyW &= n.a
+			}
+			if drop := w.gpuW &^ n.a; drop != 0 {
+				setDepth(w.depthGPU, 0, drop, i)
+				w.gpuW &= n.a
+			}
+			if w.anyW == 0 {
+				return 0
+			}
+			return nx
+		}
+	}
+	return w.step(prev, k, i)
 }
 
 // fillDepth sets depth[id] to d for each id whose bit is set in set; those

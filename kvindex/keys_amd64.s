@@ -12,32 +12,42 @@ DATA hashKeys<>+0x20(SB)/8, $0x1d8e4e27c47d124f
 DATA hashKeys<>+0x28(SB)/8, $0xc2b2ae3d27d4eb4f
 GLOBL hashKeys<>(SB), RODATA|NOPTR, $48
 
+// SETUP loads the hash's keys into X8–X10 and the chaining multiplier (odd)
+// into R9.
+#define SETUP \
+	VMOVDQU hashKeys<>+0x00(SB), X8; \
+	VMOVDQU hashKeys<>+0x10(SB), X9; \
+	VMOVDQU hashKeys<>+0x20(SB), X10; \
+	MOVQ $0x9e3779b97f4a7c15, R9
+
+// CHAIN turns BX, a parent's key, into the key of the block of 16 tokens at
+// SI; it uses X0 and AX. The block's hash: tokens 0–3 into the state, 4–15
+// as round keys (VEX encoding: unaligned memory operands, no separate
+// loads), then two rounds with fixed keys, so that every bit of the last
+// 16 bytes has gone through two full rounds. The key: parent·R9 + hash
+// (mod 2⁶⁴), the only serial step, four cycles of latency; the rounds of
+// consecutive blocks overlap.
+#define CHAIN \
+	VPXOR 0(SI), X8, X0; \
+	VAESENC 16(SI), X0, X0; \
+	VAESENC 32(SI), X0, X0; \
+	VAESENC 48(SI), X0, X0; \
+	VAESENC X9, X0, X0; \
+	VAESENC X10, X0, X0; \
+	VMOVQ X0, AX; \
+	IMULQ R9, BX; \
+	ADDQ AX, BX
+
 // func chainKeys16AES(parent uint64, tokens *uint32, n int, out *uint64) uint64
 TEXT ·chainKeys16AES(SB), NOSPLIT, $0-40
 	MOVQ parent+0(FP), BX
 	MOVQ tokens+8(FP), SI
 	MOVQ n+16(FP), CX
 	MOVQ out+24(FP), DI
-	VMOVDQU hashKeys<>+0x00(SB), X8
-	VMOVDQU hashKeys<>+0x10(SB), X9
-	VMOVDQU hashKeys<>+0x20(SB), X10
-	MOVQ $0x9e3779b97f4a7c15, R9 // odd: the chaining multiplier
+	SETUP
 
 loop:
-	// The block's hash: tokens 0–3 into the state, 4–15 as round keys
-	// (VEX encoding: unaligned memory operands, no separate loads).
-	VPXOR 0(SI), X8, X0
-	VAESENC 16(SI), X0, X0
-	VAESENC 32(SI), X0, X0
-	VAESENC 48(SI), X0, X0
-	VAESENC X9, X0, X0
-	VAESENC X10, X0, X0
-	VMOVQ X0, AX
-
-	// The key: parent·R9 + hash (mod 2⁶⁴), the only serial step, four
-	// cycles of latency; the rounds of the blocks overlap.
-	IMULQ R9, BX
-	ADDQ AX, BX
+	CHAIN
 	MOVQ BX, 0(DI)
 
 	ADDQ $64, SI
@@ -46,4 +56,43 @@ loop:
 	JNZ loop
 
 	MOVQ BX, ret+32(FP)
+	RET
+
+// func hashDescend16AES(h uint64, tokens *uint32, n int, top *node, all uint64) (m int, k uint64)
+//
+// Node layout (nodes.go, checked by TestNodeLayout): key at 0, a at 16,
+// b at 24, 32 bytes.
+TEXT ·hashDescend16AES(SB), NOSPLIT, $0-56
+	MOVQ h+0(FP), BX
+	MOVQ tokens+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ top+24(FP), DI
+	MOVQ all+32(FP), R11
+	SETUP
+	XORQ DX, DX
+
+descend:
+	CHAIN
+
+	// Its node: holds the key, is shared, and every slot in all holds it.
+	CMPQ 0(DI), BX
+	JNE done
+	MOVQ 24(DI), R10
+	SHRQ $61, R10
+	CMPQ R10, $2
+	JNE done
+	MOVQ 16(DI), R10
+	NOTQ R10
+	TESTQ R11, R10
+	JNZ done
+
+	INCQ DX
+	ADDQ $64, SI
+	SUBQ $32, DI
+	CMPQ DX, CX
+	JB descend
+
+done:
+	MOVQ DX, m+40(FP)
+	MOVQ BX, k+48(FP)
 	RET
