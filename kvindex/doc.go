@@ -44,9 +44,9 @@
 // # Lookup
 //
 // A lookup hashes the prompt's blocks and walks their nodes; for 16-token
-// blocks on amd64 one assembly loop hashes a block with AES rounds and
-// checks its node (keys_amd64.s), so the hash of one block overlaps the
-// node reads of the last. A block's node is usually the one just below
+// blocks over up to 64 streams one loop hashes each block and finds its
+// node (walk16.go; in assembly on amd64, with AES rounds), so that the
+// hash of one block overlaps the node reads of the last. A block's node is usually the one just below
 // the previous block's (a chain stored in one event takes consecutive
 // nodes) or the next one in the LRU list (stores and lookups leave chains
 // there in order); the table is probed only when neither holds the

@@ -772,7 +772,7 @@ func appendRankedMatches(out []Match, depthAny, depthGPU []int32, names []slotNa
 
 // chainWalk is the state of one lookup's walk down a prompt's chain of
 // blocks. For 16-token blocks over slots 0–63 it hashes each block as it
-// reaches it (walk16); otherwise it hashes a chunk at a time, which lets
+// reaches it (walk16, walk16.go); otherwise it hashes a chunk at a time, which lets
 // the CPU overlap their hashes, the chunks doubling from 16 blocks so that
 // an early miss wastes little (walkChunks).
 type chainWalk struct {
@@ -839,46 +839,6 @@ func (w *chainWalk) walk(runs []uint32) (int, []uint32) {
 	for k := range w.hiAny {
 		setDepth(w.depthAny, k+1, w.hiAny[k], i)
 		setDepth(w.depthGPU, k+1, w.hiGPU[k], i)
-	}
-	return i, runs
-}
-
-// walk16 is walk for blocks of 16 tokens (vLLM's default) over slots 0–63.
-// Its common case hashes a block and checks the node below the previous
-// block's in one loop (hashDescend16), so that the CPU overlaps the serial
-// part of the hash with the node reads.
-func (w *chainWalk) walk16(runs []uint32) (int, []uint32) {
-	pages := w.ix.pages
-	h := w.h
-	i := 0
-	var prev uint32 // the node of the previous block
-	for i < w.blocks {
-		var k uint64 // block i's key
-		if prev > 1 {
-			ni := prev - 1
-			off := int(ni & (pageSize - 1))
-			lim := min(w.blocks-i, off+1)
-			m, key := hashDescend16(h, w.tokens[16*i:16*(i+lim)], pages[ni>>pageShift][off+1-lim:off+1], w.anyW)
-			if m > 0 {
-				runs[len(runs)-1] += uint32(m)
-				prev -= uint32(m)
-				i += m
-			}
-			h, k = key, key
-			if m == lim {
-				continue // on to the page below, or done
-			}
-		} else {
-			var one [1]uint64
-			k = chainKeys16(h, w.tokens[16*i:16*(i+1)], one[:])
-		}
-		ni := w.find(pages, prev, k, i)
-		if ni == 0 {
-			break
-		}
-		runs = visit(runs, prev, ni)
-		prev, h = ni, k
-		i++
 	}
 	return i, runs
 }

@@ -87,21 +87,6 @@ func chainKeys16Go(h uint64, tokens []uint32, out []uint64) uint64 {
 	return h
 }
 
-// hashDescend16Go is hashDescend16 (keys_amd64.go) with chainKeys16Go's
-// keys.
-func hashDescend16Go(h uint64, tokens []uint32, page []node, all uint64) (int, uint64) {
-	n := len(tokens) / 16
-	var out [1]uint64
-	for j := range n {
-		h = chainKeys16Go(h, tokens[16*j:16*j+16], out[:])
-		nd := &page[len(page)-1-j]
-		if (nd.key^h)|(nd.b>>61^modeShared>>61)|(all&^nd.a) != 0 {
-			return j, h
-		}
-	}
-	return n, h
-}
-
 // Constants of blockHash, in the manner of wyhash. Each has bit 63 set, so
 // no pair of token ids below 2³¹ cancels one out.
 const (

@@ -37,23 +37,17 @@ func chainKeys16(h uint64, tokens []uint32, out []uint64) uint64 {
 //go:noescape
 func chainKeys16AES(parent uint64, tokens *uint32, n int, out *uint64) uint64
 
-// hashDescend16 chains the keys of the blocks of 16 tokens in tokens onto
-// h, one by one, and checks each against a node of page, the last node for
-// the first block and on down: the node must hold the key, be shared and
-// be held by every slot in all (walk's common case). It returns how many
-// blocks passed and the key of the block that failed, or of the last block
-// when all passed. page holds at least len(tokens)/16 ≥ 1 nodes.
-func hashDescend16(h uint64, tokens []uint32, page []node, all uint64) (int, uint64) {
-	n := len(tokens) / 16
+// walk16Kernel runs the walk16 kernel (walk16.go): the assembly one where
+// chainKeys16 hashes with AES rounds.
+func walk16Kernel(st *walk16State, pages [][]node, tokens []uint32, runs []uint32, drops []drop) {
 	if !hasAES {
-		return hashDescend16Go(h, tokens, page, all)
+		walk16Go(st, pages, tokens, runs, drops)
+		return
 	}
-	_ = page[len(page)-n] // the lowest node it may read
-	return hashDescend16AES(h, &tokens[0], n, &page[len(page)-1], all)
+	walk16AES(st)
 }
 
-// hashDescend16AES is hashDescend16 for n ≥ 1 blocks at tokens, the first
-// block's node at top and the others below it.
+// walk16AES is walk16Go in assembly, on st's own pointers.
 //
 //go:noescape
-func hashDescend16AES(h uint64, tokens *uint32, n int, top *node, all uint64) (m int, k uint64)
+func walk16AES(st *walk16State)

@@ -13,15 +13,13 @@ func block16Impls() map[string]func(h uint64, tokens []uint32, out []uint64) uin
 	return impls
 }
 
-// hashDescend16Impls returns the hashDescend16 kernels this machine can
-// run, by name, each with the block-16 chainer whose keys it makes.
-func hashDescend16Impls() map[string]hashDescender {
-	impls := map[string]hashDescender{"go": {hashDescend16Go, chainKeys16Go}}
+// walk16Kernels returns the walk16 kernels this machine can run, by name,
+// each with the block-16 chainer whose keys it makes.
+func walk16Kernels() map[string]walk16Impl {
+	impls := map[string]walk16Impl{"go": {walk16Go, chainKeys16Go}}
 	if hasAES {
-		impls["aes"] = hashDescender{
-			func(h uint64, tokens []uint32, page []node, all uint64) (int, uint64) {
-				return hashDescend16AES(h, &tokens[0], len(tokens)/16, &page[len(page)-1], all)
-			},
+		impls["aes"] = walk16Impl{
+			func(st *walk16State, _ [][]node, _ []uint32, _ []uint32, _ []drop) { walk16AES(st) },
 			block16Impls()["aes"],
 		}
 	}

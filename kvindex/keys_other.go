@@ -8,7 +8,7 @@ func chainKeys16(h uint64, tokens []uint32, out []uint64) uint64 {
 	return chainKeys16Go(h, tokens, out)
 }
 
-// hashDescend16 is described in keys_amd64.go.
-func hashDescend16(h uint64, tokens []uint32, page []node, all uint64) (int, uint64) {
-	return hashDescend16Go(h, tokens, page, all)
+// walk16Kernel runs the walk16 kernel (walk16.go).
+func walk16Kernel(st *walk16State, pages [][]node, tokens []uint32, runs []uint32, drops []drop) {
+	walk16Go(st, pages, tokens, runs, drops)
 }

@@ -144,66 +144,12 @@ func TestBlock16Impls(t *testing.T) {
 	}
 }
 
-// hashDescender is a hashDescend16 kernel and the chainer of its keys.
-type hashDescender struct {
-	descend func(h uint64, tokens []uint32, page []node, all uint64) (int, uint64)
-	chain   func(h uint64, tokens []uint32, out []uint64) uint64
-}
-
 // TestNodeLayout checks the node layout that keys_amd64.s reads.
 func TestNodeLayout(t *testing.T) {
 	var n node
-	if unsafe.Sizeof(n) != 32 || unsafe.Offsetof(n.key) != 0 || unsafe.Offsetof(n.a) != 16 || unsafe.Offsetof(n.b) != 24 {
-		t.Fatalf("node is %d bytes, key at %d, a at %d, b at %d; keys_amd64.s reads 32, 0, 16, 24",
-			unsafe.Sizeof(n), unsafe.Offsetof(n.key), unsafe.Offsetof(n.a), unsafe.Offsetof(n.b))
-	}
-}
-
-// TestHashDescend16 checks each hashDescend16 kernel against its chainer:
-// over a page whose nodes hold a prompt's blocks, last node first, it
-// passes every block, and it stops at the first node that holds another
-// key, is not shared, or lacks a slot of all, returning that block's key.
-func TestHashDescend16(t *testing.T) {
-	t.Parallel()
-	const blocks = 40
-	rng := rand.New(rand.NewPCG(7, 8))
-	tokens := make([]uint32, 16*blocks)
-	for i := range tokens {
-		tokens[i] = uint32(rng.IntN(150000))
-	}
-	const all = 0b1011
-	for name, impl := range hashDescend16Impls() {
-		t.Run(name, func(t *testing.T) {
-			keys := make([]uint64, blocks)
-			impl.chain(99, tokens, keys)
-			page := make([]node, blocks+3) // three nodes below the chain's
-			for j, k := range keys {
-				page[len(page)-1-j] = node{key: k, a: all | 0b0100, b: modeShared | 5}
-			}
-			if m, k := impl.descend(99, tokens, page, all); m != blocks || k != keys[blocks-1] {
-				t.Fatalf("whole chain: passed %d blocks, key %x; want %d, %x", m, k, blocks, keys[blocks-1])
-			}
-			for _, c := range []struct {
-				what  string
-				spoil func(*node)
-			}{
-				{"another key", func(n *node) { n.key++ }},
-				{"inline holder", func(n *node) { n.b = modeInline }},
-				{"rare bits", func(n *node) { n.b |= sharedRare }},
-				{"a slot missing", func(n *node) { n.a &^= 0b0010 }},
-			} {
-				for _, f := range []int{0, 1, 17, blocks - 1} {
-					spoilt := slices.Clone(page)
-					c.spoil(&spoilt[len(page)-1-f])
-					if m, k := impl.descend(99, tokens, spoilt, all); m != f || k != keys[f] {
-						t.Errorf("%s at block %d: passed %d blocks, key %x; want %d, %x", c.what, f, m, k, f, keys[f])
-					}
-				}
-			}
-			// A chain started mid-prompt continues from its parent's key.
-			if m, k := impl.descend(keys[9], tokens[16*10:16*12], page[:len(page)-10], all); m != 2 || k != keys[11] {
-				t.Errorf("from block 10: passed %d blocks, key %x; want 2, %x", m, k, keys[11])
-			}
-		})
+	if unsafe.Sizeof(n) != 32 || unsafe.Offsetof(n.key) != 0 || unsafe.Offsetof(n.next) != 12 ||
+		unsafe.Offsetof(n.a) != 16 || unsafe.Offsetof(n.b) != 24 {
+		t.Fatalf("node is %d bytes, key at %d, next at %d, a at %d, b at %d; keys_amd64.s reads 32, 0, 12, 16, 24",
+			unsafe.Sizeof(n), unsafe.Offsetof(n.key), unsafe.Offsetof(n.next), unsafe.Offsetof(n.a), unsafe.Offsetof(n.b))
 	}
 }
