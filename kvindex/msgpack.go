@@ -200,6 +200,48 @@ func (r *reader) integer() (u uint64, neg bool, err error) {
 	return u, c >= 0xd0 && int64(u) < 0, err
 }
 
+// appendUint32s reads an array's n elements, integers in [0, 2³²), and
+// appends them to dst: token ids. The encodings an encoder picks for such
+// values (positive fixint, uint8, uint16, uint32) are read in place; any
+// other element goes through integer, and one out of range is an
+// ErrType.
+func (r *reader) appendUint32s(dst []uint32, n int) ([]uint32, error) {
+	b, off := r.b, r.off
+	for range n {
+		if off >= len(b) {
+			r.off = off
+			return dst, ErrTruncated
+		}
+		switch c := b[off]; {
+		case c <= 0x7f:
+			dst = append(dst, uint32(c))
+			off++
+		case c == 0xcd && len(b)-off >= 3:
+			dst = append(dst, uint32(binary.BigEndian.Uint16(b[off+1:off+3])))
+			off += 3
+		case c == 0xce && len(b)-off >= 5:
+			dst = append(dst, binary.BigEndian.Uint32(b[off+1:off+5]))
+			off += 5
+		case c == 0xcc && len(b)-off >= 2:
+			dst = append(dst, uint32(b[off+1]))
+			off += 2
+		default:
+			r.off = off
+			u, neg, err := r.integer()
+			if err != nil {
+				return dst, err
+			}
+			if neg || u > math.MaxUint32 {
+				return dst, fmt.Errorf("token id %d out of range: %w", int64(u), ErrType)
+			}
+			dst = append(dst, uint32(u))
+			off = r.off
+		}
+	}
+	r.off = off
+	return dst, nil
+}
+
 // float reads a float32 or float64, or an integer converted to float64.
 func (r *reader) float() (float64, error) {
 	c, err := r.peek()

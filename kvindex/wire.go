@@ -453,15 +453,8 @@ func (d *Decoder) field(r *reader, ev *Event, f field) error {
 			return err
 		}
 		start := len(d.tokens)
-		for range n {
-			u, neg, err := r.integer()
-			if err != nil {
-				return err
-			}
-			if neg || u > math.MaxUint32 {
-				return fmt.Errorf("token id %d out of range: %w", int64(u), ErrType)
-			}
-			d.tokens = append(d.tokens, uint32(u))
+		if d.tokens, err = r.appendUint32s(d.tokens, n); err != nil {
+			return err
 		}
 		ev.TokenIDs = d.tokens[start:len(d.tokens):len(d.tokens)]
 	case fBlockSize:

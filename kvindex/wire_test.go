@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -188,5 +189,44 @@ func TestDecodeValue(t *testing.T) {
 	}
 	if _, err := DecodeValue([]byte{0x01, 0x01}); err == nil {
 		t.Error("trailing bytes accepted")
+	}
+}
+
+// TestAppendUint32s checks the token-array reader on every integer
+// encoding, the largest and smallest values of each, and its errors.
+func TestAppendUint32s(t *testing.T) {
+	t.Parallel()
+	in := []byte{
+		0x00, 0x7f, // positive fixint
+		0xcc, 0x80, 0xcc, 0xff, // uint8
+		0xcd, 0x01, 0x00, 0xcd, 0xff, 0xff, // uint16
+		0xce, 0x00, 0x01, 0x00, 0x00, 0xce, 0xff, 0xff, 0xff, 0xff, // uint32
+		0xcf, 0, 0, 0, 0, 0, 0, 0, 9, // uint64, in range
+		0xd0, 0x05, 0xd1, 0x01, 0x00, // int8, int16, non-negative
+	}
+	want := []uint32{0, 0x7f, 0x80, 0xff, 0x100, 0xffff, 0x10000, 0xffffffff, 9, 5, 0x100}
+	r := reader{b: in}
+	got, err := r.appendUint32s([]uint32{42}, len(want))
+	if err != nil || !slices.Equal(got, append([]uint32{42}, want...)) || r.off != len(in) {
+		t.Fatalf("got %v, %v at %d; want 42 then %v at %d", got, err, r.off, want, len(in))
+	}
+	for _, c := range []struct {
+		what string
+		in   []byte
+		want error
+	}{
+		{"negative fixint", []byte{0xff}, ErrType},
+		{"negative int8", []byte{0xd0, 0x80}, ErrType},
+		{"past 2³²", []byte{0xcf, 0, 0, 0, 1, 0, 0, 0, 0}, ErrType},
+		{"a string", []byte{0xa1, 'x'}, ErrType},
+		{"cut uint16", []byte{0xcd, 0x01}, ErrTruncated},
+		{"cut uint32", []byte{0xce, 0, 0, 1}, ErrTruncated},
+		{"cut uint8", []byte{0xcc}, ErrTruncated},
+		{"fewer elements", []byte{0x01}, ErrTruncated},
+	} {
+		r := reader{b: c.in}
+		if _, err := r.appendUint32s(nil, 2); !errors.Is(err, c.want) {
+			t.Errorf("%s: error %v, want %v", c.what, err, c.want)
+		}
 	}
 }
