@@ -144,8 +144,12 @@ func TestBlock16Impls(t *testing.T) {
 	}
 }
 
-// TestNodeLayout checks the node layout that keys_amd64.s reads.
+// TestNodeLayout checks the node layout that keys_amd64.s reads, and the
+// page size it assumes (4,096 nodes).
 func TestNodeLayout(t *testing.T) {
+	if pageShift != 12 {
+		t.Fatalf("pageShift %d; keys_amd64.s's NODE assumes 12", pageShift)
+	}
 	var n node
 	if unsafe.Sizeof(n) != 32 || unsafe.Offsetof(n.key) != 0 || unsafe.Offsetof(n.next) != 12 ||
 		unsafe.Offsetof(n.a) != 16 || unsafe.Offsetof(n.b) != 24 {
