@@ -771,8 +771,8 @@ func appendRankedMatches(out []Match, depthAny, depthGPU []int32, names []slotNa
 }
 
 // chainWalk is the state of one lookup's walk down a prompt's chain of
-// blocks. For 16-token blocks over slots 0–63 it hashes each block as it
-// reaches it (walk16, walk16.go); otherwise it hashes a chunk at a time, which lets
+// blocks. For 16-token blocks over slots 0–63 on amd64 it hashes each
+// block as it reaches it (walkKernel, walk16.go); otherwise it hashes a chunk at a time, which lets
 // the CPU overlap their hashes, the chunks doubling from 16 blocks so that
 // an early miss wastes little (walkChunks).
 type chainWalk struct {
@@ -824,10 +824,8 @@ func (w *chainWalk) walk(runs []uint32) (int, []uint32) {
 		w.hiAny[words-2] = ^uint64(0) >> (64*words - n)
 		w.hiGPU[words-2] = w.hiAny[words-2]
 	}
-	var i int
-	if w.blockSize == 16 && w.hiAny == nil {
-		i, runs = w.walk16(runs)
-	} else {
+	i, runs, ok := w.walkKernel(runs)
+	if !ok {
 		i, runs = w.walkChunks(runs)
 	}
 	// The slots still holding every block: depth i. For slots 0–63 over

@@ -37,17 +37,7 @@ func chainKeys16(h uint64, tokens []uint32, out []uint64) uint64 {
 //go:noescape
 func chainKeys16AES(parent uint64, tokens *uint32, n int, out *uint64) uint64
 
-// walk16Kernel runs the walk16 kernel (walk16.go): the assembly one where
-// chainKeys16 hashes with AES rounds.
-func walk16Kernel(st *walk16State, pages [][]node, tokens []uint32, runs []uint32, drops []drop) {
-	if !hasAES {
-		walk16Go(st, pages, tokens, runs, drops)
-		return
-	}
-	walk16AES(st)
-}
-
-// walk16AES is walk16Go in assembly, on st's own pointers.
+// walk16AES is the walk16 kernel (walk16.go), on st's own pointers.
 //
 //go:noescape
 func walk16AES(st *walk16State)

@@ -12,16 +12,3 @@ func block16Impls() map[string]func(h uint64, tokens []uint32, out []uint64) uin
 	}
 	return impls
 }
-
-// walk16Kernels returns the walk16 kernels this machine can run, by name,
-// each with the block-16 chainer whose keys it makes.
-func walk16Kernels() map[string]walk16Impl {
-	impls := map[string]walk16Impl{"go": {walk16Go, chainKeys16Go}}
-	if hasAES {
-		impls["aes"] = walk16Impl{
-			func(st *walk16State, _ [][]node, _ []uint32, _ []uint32, _ []drop) { walk16AES(st) },
-			block16Impls()["aes"],
-		}
-	}
-	return impls
-}

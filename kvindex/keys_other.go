@@ -7,8 +7,3 @@ package kvindex
 func chainKeys16(h uint64, tokens []uint32, out []uint64) uint64 {
 	return chainKeys16Go(h, tokens, out)
 }
-
-// walk16Kernel runs the walk16 kernel (walk16.go).
-func walk16Kernel(st *walk16State, pages [][]node, tokens []uint32, runs []uint32, drops []drop) {
-	walk16Go(st, pages, tokens, runs, drops)
-}

@@ -6,9 +6,3 @@ package kvindex
 func block16Impls() map[string]func(h uint64, tokens []uint32, out []uint64) uint64 {
 	return map[string]func(uint64, []uint32, []uint64) uint64{"go": chainKeys16Go}
 }
-
-// walk16Kernels returns the walk16 kernels this machine can run, by name,
-// each with the block-16 chainer whose keys it makes.
-func walk16Kernels() map[string]walk16Impl {
-	return map[string]walk16Impl{"go": {walk16Go, chainKeys16Go}}
-}

@@ -1,3 +1,5 @@
+//go:build amd64 && !purego
+
 package kvindex
 
 // The walk for blocks of 16 tokens (vLLM's default) over slots 0–63. Its
@@ -49,59 +51,12 @@ const (
 	walk16Miss        // block at, of key k, is find's to look up
 )
 
-// walk16Go is the walk16 kernel in Go: the specification of the assembly
-// one and the kernel on other machines. pages, tokens (from the next
-// block), runs and drops are st's memory as slices; it leaves st.tokens
-// as it was (the caller goes by st.at).
-func walk16Go(st *walk16State, pages [][]node, tokens []uint32, runs []uint32, drops []drop) {
-	node := func(ni uint64) *node { return &pages[ni>>pageShift][ni&(pageSize-1)] }
-	var out [1]uint64
-	for ; st.left > 0; st.left-- {
-		key := chainKeys16Go(st.h, tokens[:16], out[:])
-		c := st.prev - 1
-		n := node(c)
-		if n.key != key {
-			c = uint64(node(st.prev).next)
-			n = node(c)
-		}
-		newRun := c != st.prev-1
-		shared := n.b>>61 == modeShared>>61
-		// An inline node passes when its one holder is the one slot left
-		// and holds it on GPU: nothing drops.
-		inlineOK := n.b>>61 == modeInline>>61 && st.anyW == 1<<uint16(n.b) && uint16(n.b>>16) > 0
-		if n.key != key || !shared && !inlineOK || newRun && st.nruns+2 > st.capRuns {
-			st.k, st.stop = key, walk16Miss
-			return
-		}
-		if shared && st.anyW&^n.a != 0 {
-			if st.ndrops == st.capDrops {
-				st.k, st.stop = key, walk16Miss
-				return
-			}
-			drops[st.ndrops] = drop{any: st.anyW &^ n.a, gpu: st.gpuW &^ n.a, depth: st.at}
-			st.ndrops++
-			st.anyW &= n.a
-			st.gpuW &= n.a
-			if st.anyW == 0 {
-				st.h, st.stop = key, walk16End
-				return
-			}
-		}
-		if newRun {
-			runs[st.nruns], runs[st.nruns+1] = uint32(c), 1
-			st.nruns += 2
-		} else {
-			runs[st.nruns-1]++
-		}
-		st.h, st.prev = key, c
-		tokens = tokens[16:]
-		st.at++
+// walkKernel is walk for blocks of 16 tokens over slots 0–63 where the
+// kernel runs; ok is false, and nothing done, where it does not.
+func (w *chainWalk) walkKernel(runs []uint32) (blocks int, _ []uint32, ok bool) {
+	if !hasAES || w.blockSize != 16 || w.hiAny != nil {
+		return 0, runs, false
 	}
-	st.stop = walk16Done
-}
-
-// walk16 is walk for blocks of 16 tokens over slots 0–63.
-func (w *chainWalk) walk16(runs []uint32) (int, []uint32) {
 	pages := w.ix.pages
 	h := w.h
 	i := 0
@@ -115,7 +70,7 @@ func (w *chainWalk) walk16(runs []uint32) (int, []uint32) {
 				pages: &pages[0], anyW: w.anyW, gpuW: w.gpuW,
 				runs: &room[0], nruns: len(runs), capRuns: len(room),
 				drops: &drops[0], capDrops: len(drops), at: i}
-			walk16Kernel(&st, pages, w.tokens[16*i:16*w.blocks], room, drops[:])
+			walk16AES(&st)
 			for _, d := range drops[:st.ndrops] {
 				setDepth(w.depthAny, 0, d.any, d.depth)
 				setDepth(w.depthGPU, 0, d.gpu, d.depth)
@@ -127,7 +82,7 @@ func (w *chainWalk) walk16(runs []uint32) (int, []uint32) {
 			case walk16Done:
 				continue
 			case walk16End:
-				return i, runs
+				return i, runs, true
 			}
 			k = st.k
 		} else {
@@ -142,5 +97,5 @@ func (w *chainWalk) walk16(runs []uint32) (int, []uint32) {
 		prev, h = ni, k
 		i++
 	}
-	return i, runs
+	return i, runs, true
 }
