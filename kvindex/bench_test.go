@@ -45,10 +45,7 @@ func (e *enc) mapRemoved(h uint64) *enc {
 func ingestStream(n, window int) ([][]byte, int) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	const per = 8
-	prefix := make([]uint32, 32*testBlock)
-	for i := range prefix {
-		prefix[i] = uint32(rng.IntN(150000))
-	}
+	prefix := randTokens(rng, 32*testBlock)
 	prefixHashes := make([]uint64, 32)
 	for i := range prefixHashes {
 		prefixHashes[i] = rng.Uint64()
@@ -68,10 +65,7 @@ func ingestStream(n, window int) ([][]byte, int) {
 	payloads = append(payloads, first)
 	events += 32
 	for b := range n {
-		toks := make([]uint32, per*testBlock)
-		for i := range toks {
-			toks[i] = uint32(rng.IntN(150000))
-		}
+		toks := randTokens(rng, per*testBlock)
 		parent := prefixHashes[31]
 		evs := 1
 		if b >= window {
@@ -143,20 +137,14 @@ func BenchmarkDecode(b *testing.B) {
 func lookupIndex(workers int) (*Index, []uint32) {
 	ix := New(WithEntryBudget(1 << 24))
 	rng := rand.New(rand.NewPCG(5, 6))
-	prompt := make([]uint32, 512*testBlock+1)
-	for i := range prompt {
-		prompt[i] = uint32(rng.IntN(150000))
-	}
+	prompt := randTokens(rng, 512*testBlock+1)
 	for w := range workers {
 		name := fmt.Sprintf("worker-%02d", w)
 		depth := 8 + (w*504)/max(workers-1, 1)
 		base := uint64(w) << 40
 		ix.Apply(Source{Worker: name, Model: "m"}, &Batch{Events: []Event{storeEv(prompt, 0, depth, base, "")}})
 		for c := range 256 {
-			toks := make([]uint32, 16*testBlock)
-			for i := range toks {
-				toks[i] = uint32(rng.IntN(150000))
-			}
+			toks := randTokens(rng, 16*testBlock)
 			// Chains 0–31 start with one of 32 shared system prompts.
 			if c < 32 {
 				for i := range testBlock {
@@ -213,12 +201,7 @@ func BenchmarkLookup512x64(b *testing.B) {
 	// prompt's tokens and the nodes its walk visits, in the same order.
 	drain()
 	ix.Lookup(mkey, prompt, testBlock)
-	var path []uint32 // the walk's nodes, from the runs it logged
-	for r := 0; ix.touchLog[r] != 0; r += 2 {
-		for k := range ix.touchLog[r+1] {
-			path = append(path, ix.touchLog[r]-k)
-		}
-	}
+	path := touchedNodes(ix) // the walk's nodes
 	drain()
 	readRounds := calibrate(lookupP50, func(n int) { readSet(ix, prompt, path, n) })
 	b.Run("reference-memory", func(b *testing.B) { measureTail(b, func() { readSet(ix, prompt, path, readRounds) }, nil) })
@@ -390,10 +373,7 @@ func BenchmarkIndexMemory(b *testing.B) {
 				rng := rand.New(rand.NewPCG(1, uint64(share)))
 				chains := entries / share / 16
 				for c := range chains {
-					toks := make([]uint32, 16*testBlock)
-					for i := range toks {
-						toks[i] = uint32(rng.IntN(150000))
-					}
+					toks := randTokens(rng, 16*testBlock)
 					for w := range share {
 						ev := storeEv(toks, 0, 16, uint64(c)<<8|uint64(w)<<40, "")
 						ix.Apply(Source{Worker: fmt.Sprintf("w%d", w), Model: "m"}, &Batch{Events: []Event{ev}})

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"os"
 	"testing"
 )
@@ -166,6 +167,27 @@ func batch(n int, fn func(e *enc)) []byte {
 	fn(e)
 	e.uint(0)
 	return e.b
+}
+
+// touchedNodes returns the nodes of the first chain in ix's touch log,
+// root first, expanding its runs.
+func touchedNodes(ix *Index) []uint32 {
+	var nodes []uint32
+	for r := 0; ix.touchLog[r] != 0; r += 2 {
+		for k := range ix.touchLog[r+1] {
+			nodes = append(nodes, ix.touchLog[r]-k)
+		}
+	}
+	return nodes
+}
+
+// randTokens returns n token ids drawn from rng, in a 150K vocabulary.
+func randTokens(rng *rand.Rand, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(rng.IntN(150000))
+	}
+	return out
 }
 
 func seqTokens(from, n int) []uint32 {

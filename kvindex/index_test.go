@@ -437,10 +437,7 @@ func TestLookupManyRuns(t *testing.T) {
 	if gpu, _ := cachedOn(ix.Lookup(mkey, prompt, testBlock), "w"); gpu != blocks*testBlock {
 		t.Fatalf("cached %d tokens, want %d", gpu, blocks*testBlock)
 	}
-	touched := 0
-	for r := 0; ix.touchLog[r] != 0; r += 2 {
-		touched += int(ix.touchLog[r+1])
-	}
+	touched := len(touchedNodes(ix))
 	if runs := (len(ix.touchLog) - 2) / 2; runs <= 256 || touched != blocks {
 		t.Fatalf("touch log holds %d runs of %d nodes, want more than 256 runs of %d", runs, touched, blocks)
 	}

@@ -13,10 +13,7 @@ import (
 func TestChainKeysMatchBlockKey(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
-	tokens := make([]uint32, 40*64)
-	for i := range tokens {
-		tokens[i] = uint32(rng.IntN(150000))
-	}
+	tokens := randTokens(rng, 40*64)
 	for _, bs := range []int{1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 32, 64} {
 		n := len(tokens) / bs
 		got := make([]uint64, n)
@@ -49,10 +46,7 @@ func TestBlockKeyDistinct(t *testing.T) {
 		seen[k] = true
 	}
 	for _, bs := range []int{1, 3, 16, 32, 33} {
-		block := make([]uint32, bs)
-		for i := range block {
-			block[i] = uint32(rng.IntN(150000))
-		}
+		block := randTokens(rng, bs)
 		add(blockKey(7, block), "base block")
 		add(blockKey(8, block), "other parent")
 		add(blockKey(7, append(block[:bs:bs], 0)), "zero appended")
@@ -70,10 +64,7 @@ func TestBlockKeyDistinct(t *testing.T) {
 		}
 	}
 	for range 1 << 16 {
-		block := make([]uint32, 16)
-		for i := range block {
-			block[i] = uint32(rng.IntN(150000))
-		}
+		block := randTokens(rng, 16)
 		add(blockKey(rng.Uint64(), block), "random block")
 	}
 }
@@ -85,10 +76,7 @@ func TestBlockKeyDistinct(t *testing.T) {
 func TestBlock16Impls(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(5, 6))
-	tokens := make([]uint32, 16*40)
-	for i := range tokens {
-		tokens[i] = uint32(rng.IntN(150000))
-	}
+	tokens := randTokens(rng, 16*40)
 	for name, chain := range block16Impls() {
 		t.Run(name, func(t *testing.T) {
 			whole := make([]uint64, 40)
@@ -134,10 +122,7 @@ func TestBlock16Impls(t *testing.T) {
 				}
 			}
 			for n := range 1 << 15 {
-				b := make([]uint32, 16)
-				for i := range b {
-					b[i] = uint32(rng.IntN(150000))
-				}
+				b := randTokens(rng, 16)
 				key(rng.Uint64(), b, fmt.Sprintf("random block %d", n))
 			}
 		})

@@ -56,10 +56,7 @@ func TestWalk16Kernel(t *testing.T) {
 func checkWalk16(t *testing.T, trial int, rng *rand.Rand) (stop, inline int, ok bool) {
 	t.Helper()
 	const blocks = 48
-	tokens := make([]uint32, 16*blocks)
-	for i := range tokens {
-		tokens[i] = uint32(rng.IntN(150000))
-	}
+	tokens := randTokens(rng, 16*blocks)
 	keys := make([]uint64, blocks)
 	chainKeys16AES(7, &tokens[0], blocks, &keys[0])
 	// Two pages. Block 0's node is the walk's prev; the others follow in
