@@ -880,7 +880,7 @@ func (w *chainWalk) walkChunks(runs []uint32) (int, []uint32) {
 
 // find returns the node of block i, of key k, after node prev (0 for the
 // first block), dropping the slots that do not hold it, or 0 when the walk
-// ends there. It is the walks' case past the node below prev.
+// ends there. It is walkChunks' case past the node below prev.
 func (w *chainWalk) find(pages [][]node, prev uint32, k uint64, i int) uint32 {
 	if w.hiAny == nil && prev != 0 {
 		// The next most common case: the block's node starts another

@@ -2,19 +2,20 @@
 
 package kvindex
 
-// The walk for blocks of 16 tokens (vLLM's default) over slots 0–63. Its
-// kernel hashes each block and finds its node in one loop: the node below
-// the previous block's (a chain stored in one event takes consecutive
-// nodes), else the previous node's successor in the LRU list (lookups and
-// stores leave chains there in order). It records the slots that drop out
-// and the runs of nodes it found, and hands every other case back to
-// find: a block neither candidate holds, a node with holders in other
-// media or speculative ones, an inline node with another holder than the
-// one slot left, or a full buffer. On amd64 with AES the kernel is
-// assembly (walk16AES in keys_amd64.s, next to the hash it shares), which
-// the Go one below specifies; on BenchmarkLookup512x64's prompt it takes
-// every block, its 63 run starts and its 63 slots dropping out in one
-// loop.
+// The walk for blocks of 16 tokens (vLLM's default) over slots 0–63, on
+// amd64 with AES and AVX. Its kernel hashes each block and finds its node
+// in one loop: the node below the previous block's (a chain stored in one
+// event takes consecutive nodes), else the previous node's successor in
+// the LRU list (lookups and stores leave chains there in order). It
+// records the slots that drop out and the runs of nodes it found, and
+// hands every other case back, for step to take: a block neither
+// candidate holds, a node with holders in other media or speculative
+// ones, an inline node with another holder than the one slot left, or a
+// full buffer. The kernel is assembly (walk16AES in keys_amd64.s, next to
+// the hash it shares; TestWalk16Kernel holds it to a model); on
+// BenchmarkLookup512x64's prompt it takes every block, its 63 run starts
+// and its 63 slots dropping out in one loop. Elsewhere walk takes
+// walkChunks.
 
 // walk16State is what a walk16 kernel reads and updates. The assembly
 // kernel reads it at fixed offsets, which TestWalk16StateLayout checks.
@@ -89,7 +90,9 @@ func (w *chainWalk) walkKernel(runs []uint32) (blocks int, _ []uint32, ok bool) 
 			var one [1]uint64
 			k = chainKeys16(h, w.tokens[16*i:16*(i+1)], one[:])
 		}
-		ni := w.find(pages, prev, k, i)
+		// What the kernel hands back, it has already probed for in find's
+		// way: straight to step.
+		ni := w.step(prev, k, i)
 		if ni == 0 {
 			break
 		}
