@@ -43,10 +43,11 @@
 //
 // # Lookup
 //
-// A lookup hashes the prompt's blocks and walks their nodes; for 16-token
-// blocks over up to 64 streams one loop hashes each block and finds its
-// node (walk16.go; in assembly on amd64, with AES rounds), so that the
-// hash of one block overlaps the node reads of the last. A block's node is usually the one just below
+// A lookup hashes the prompt's blocks and walks their nodes. For 16-token
+// blocks over up to 64 streams on amd64 with AES, one assembly loop hashes
+// each block and finds its node (walk16.go), so that the hash of one block
+// overlaps the node reads of the last; elsewhere the walk hashes a chunk
+// of blocks at a time in Go. A block's node is usually the one just below
 // the previous block's (a chain stored in one event takes consecutive
 // nodes) or the next one in the LRU list (stores and lookups leave chains
 // there in order); the table is probed only when neither holds the
