@@ -183,7 +183,7 @@ func TestRealEnvoyFoundation(t *testing.T) {
 		waitFor(t, "6 completed assignments", func() bool {
 			return f.wp.metric(t, "warmpath_assignments_ended_total", `end="completed"`) == 6
 		})
-		if n := f.wp.metric(t, "warmpath_time_to_first_token_seconds_count", `from="decision"`); n != 6 {
+		if n := f.wp.metric(t, "warmpath_time_to_first_token_seconds_count"); n != 6 {
 			t.Fatalf("TTFT recorded %v times, want 6", n)
 		}
 		if n := f.wp.metric(t, "warmpath_requests_total", `code="200"`, `model="qwen3"`, `api="chat"`); n != 6 {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/warmpath/warmpath/discovery"
+	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/scoring"
 )
 
@@ -140,7 +141,11 @@ type harness struct {
 func newHarness(t testing.TB, cfg Config, opts ...Option) *harness {
 	t.Helper()
 	h := &harness{picker: newFakePicker(), pool: &fakePool{workers: testWorkers}, reg: prometheus.NewRegistry()}
-	h.srv = New(cfg, h.pool, h.picker, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), opts...)
+	srv, err := New(cfg, h.pool, h.picker, component.Options{Registerer: h.reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.srv = srv
 	h.client = serveLoopback(t, h.srv)
 	return h
 }

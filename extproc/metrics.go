@@ -2,20 +2,22 @@ package extproc
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warmpath/warmpath/internal/component"
 )
 
 // metrics are the ext_proc layer's Prometheus series. Label values are
 // bounded: models are only configured names ("unknown" otherwise), workers
 // only names from the pool.
 type metrics struct {
-	requests       *prometheus.CounterVec   // api, model, code
-	rejections     *prometheus.CounterVec   // reason
-	streamErrors   *prometheus.CounterVec   // reason
-	decision       prometheus.Histogram     // seconds
-	inFlight       *prometheus.GaugeVec     // worker
-	ended          *prometheus.CounterVec   // end
-	ttft           *prometheus.HistogramVec // from
-	watchEvents    *prometheus.CounterVec   // kind
+	requests       *prometheus.CounterVec // api, model, code
+	rejections     *prometheus.CounterVec // reason
+	streamErrors   *prometheus.CounterVec // reason
+	decision       prometheus.Histogram   // seconds
+	inFlight       *prometheus.GaugeVec   // worker
+	ended          *prometheus.CounterVec // end
+	ttft           prometheus.Histogram   // seconds from the routing reply
+	watchEvents    *prometheus.CounterVec // kind
 	bodyHidden     prometheus.Counter
 	chunkBytes     prometheus.Counter
 	responseChunks prometheus.Counter
@@ -24,7 +26,7 @@ type metrics struct {
 // latencyBuckets span 1 ms to ~82 s, for TTFT and request durations.
 var latencyBuckets = prometheus.ExponentialBuckets(0.001, 1.6, 25)
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(o component.Options) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpath_requests_total",
@@ -51,11 +53,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "warmpath_assignments_ended_total",
 			Help: "Assignments ended, by how: completed, aborted or expired.",
 		}, []string{"end"}),
-		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "warmpath_time_to_first_token_seconds",
-			Help:    "Observed time to the first content token of streamed responses, measured from the routing decision or from request arrival.",
+			Help:    "Observed time from the routing decision to the first content token (from the request's arrival: gen_ai_server_time_to_first_token_seconds).",
 			Buckets: latencyBuckets,
-		}, []string{"from"}),
+		}),
 		watchEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpath_response_watch_events_total",
 			Help: "Notable things seen while watching responses: error events, unparsable events, truncated bodies.",
@@ -73,7 +75,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Response body chunks watched.",
 		}),
 	}
-	reg.MustRegister(m.requests, m.rejections, m.streamErrors, m.decision, m.inFlight, m.ended, m.ttft,
-		m.watchEvents, m.bodyHidden, m.chunkBytes, m.responseChunks)
-	return m
+	if err := o.Register("extproc", m.requests, m.rejections, m.streamErrors, m.decision, m.inFlight, m.ended, m.ttft,
+		m.watchEvents, m.bodyHidden, m.chunkBytes, m.responseChunks); err != nil {
+		return nil, err
+	}
+	return m, nil
 }

@@ -38,8 +38,39 @@ type body struct {
 	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	CacheSalt           string          `json:"cache_salt"`
+	Tools               json.RawMessage `json:"tools"`
+	System              json.RawMessage `json:"system"`
 	Messages            json.RawMessage `json:"messages"`
 	Prompt              json.RawMessage `json:"prompt"`
+}
+
+// promptOf joins, in the order chat templates render them, the fields that
+// decide the engine's prompt: tools, system (Anthropic), messages and
+// prompt, each followed by a newline. Sampling fields, the stream flag and
+// anything else around them are left out, so requests that share a
+// conversation share a prefix of it whatever else differs.
+func (b *body) promptOf() []byte {
+	n := 0
+	parts := [...]json.RawMessage{b.Tools, b.System, b.Messages, b.Prompt}
+	for _, p := range parts {
+		n += len(p) + 1
+	}
+	out := make([]byte, 0, n)
+	for _, p := range parts {
+		if p = bytes.TrimSpace(p); len(p) > 0 && string(p) != "null" {
+			out = append(append(out, p...), '\n')
+		}
+	}
+	return out
+}
+
+// input is what a span may capture as gen_ai.input.messages: the messages,
+// or the completions prompt.
+func (b *body) input() []byte {
+	if len(b.Messages) > 0 {
+		return b.Messages
+	}
+	return b.Prompt
 }
 
 // badRequest is a client error found while parsing a body; its message is
@@ -50,21 +81,33 @@ func (e *badRequest) Error() string { return e.msg }
 
 func badf(format string, args ...any) error { return &badRequest{fmt.Sprintf(format, args...)} }
 
-// parseBody fills r's Model, Stream, MaxTokens, CacheSalt and TokenIDs from
-// raw. defaultModel is used when the body names none (vLLM serves its only
-// model then); empty means the model is required. Errors are *badRequest.
-func parseBody(r *scoring.Request, raw []byte, defaultModel string) error {
+// parseBody parses raw once and fills r's Model, Stream, MaxTokens,
+// CacheSalt, TokenIDs, Prompt and Body; it returns the request's input
+// messages (or prompt) JSON for span capture. defaultModel is used when the
+// body names none (vLLM serves its only model then); empty means the model
+// is required. Errors are *badRequest.
+func parseBody(r *scoring.Request, raw []byte, defaultModel string) (input []byte, err error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
-		return badf("request body is empty; expected a JSON object")
+		return nil, badf("request body is empty; expected a JSON object")
 	}
 	var b body
 	if err := json.Unmarshal(raw, &b); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
-			return badf("invalid type for field %q: expected %s", typeErr.Field, typeErr.Type)
+			return nil, badf("invalid type for field %q: expected %s", typeErr.Field, typeErr.Type)
 		}
-		return badf("request body is not valid JSON: %v", err)
+		return nil, badf("request body is not valid JSON: %v", err)
 	}
+	if err := fill(r, &b, defaultModel); err != nil {
+		return nil, err
+	}
+	r.Body = raw
+	r.Prompt = b.promptOf()
+	return b.input(), nil
+}
+
+// fill copies the routing fields of b into r and checks them.
+func fill(r *scoring.Request, b *body, defaultModel string) error {
 	switch {
 	case b.Model != nil && *b.Model != "":
 		r.Model = *b.Model
@@ -163,6 +206,6 @@ func ParseRequest(method, path string, body []byte, defaultModel string) (scorin
 	if r.API == scoring.APIOther {
 		return r, badf("path %q is not a generation endpoint", path)
 	}
-	err := parseBody(&r, body, defaultModel)
+	_, err := parseBody(&r, body, defaultModel)
 	return r, err
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/warmpath/warmpath/scoring"
 )
@@ -62,7 +61,7 @@ func TestParseBody(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r := scoring.Request{API: tc.api}
-			err := parseBody(&r, []byte(tc.body), tc.def)
+			_, err := parseBody(&r, []byte(tc.body), tc.def)
 			if tc.wantErr {
 				var br *badRequest
 				if !errors.As(err, &br) {
@@ -81,6 +80,50 @@ func TestParseBody(t *testing.T) {
 	}
 }
 
+// TestPromptOf: the approximate mode hashes Request.Prompt, which holds
+// what decides the engine's prompt and nothing else, so that a sampling
+// field before the messages cannot break affinity while a different
+// system prompt or tool list does.
+func TestPromptOf(t *testing.T) {
+	t.Parallel()
+	msgs := `[{"role":"user","content":"a long shared conversation"}]`
+	tests := []struct {
+		name  string
+		api   scoring.API
+		a, b  string
+		equal bool
+	}{
+		{"sampling fields before messages", scoring.APIChat,
+			`{"model":"m","messages":` + msgs + `}`, `{"temperature":0.7,"model":"m","top_p":0.9,"messages":` + msgs + `,"stream":true}`, true},
+		{"field order", scoring.APIChat,
+			`{"model":"m","tools":[{"type":"function"}],"messages":` + msgs + `}`, `{"messages":` + msgs + `,"tools":[{"type":"function"}],"model":"m"}`, true},
+		{"different tools", scoring.APIChat,
+			`{"model":"m","tools":[{"type":"function","name":"a"}],"messages":` + msgs + `}`, `{"model":"m","tools":[{"type":"function","name":"b"}],"messages":` + msgs + `}`, false},
+		{"anthropic system", scoring.APIMessages,
+			`{"model":"m","max_tokens":5,"system":"be brief","messages":` + msgs + `}`, `{"model":"m","max_tokens":5,"system":"be long","messages":` + msgs + `}`, false},
+		{"completions prompt", scoring.APICompletions,
+			`{"model":"m","prompt":"once upon a time","max_tokens":3}`, `{"max_tokens":9,"model":"m","prompt":"once upon a time"}`, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ra, rb := scoring.Request{API: tc.api}, scoring.Request{API: tc.api}
+			if _, err := parseBody(&ra, []byte(tc.a), ""); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := parseBody(&rb, []byte(tc.b), ""); err != nil {
+				t.Fatal(err)
+			}
+			if len(ra.Prompt) == 0 || string(ra.Body) != tc.a {
+				t.Fatalf("prompt %q, body %q", ra.Prompt, ra.Body)
+			}
+			if got := string(ra.Prompt) == string(rb.Prompt); got != tc.equal {
+				t.Fatalf("prompts equal = %v, want %v:\n%s\n%s", got, tc.equal, ra.Prompt, rb.Prompt)
+			}
+		})
+	}
+}
+
 func FuzzParseBody(f *testing.F) {
 	for _, s := range []string{chatBody, `{"model":"m","prompt":[[1,2],[3]]}`, `{"model":"m","prompt":"x"}`, `{`, `null`, `{"model":"m","max_tokens":1,"messages":[]}`} {
 		f.Add(s, uint8(0))
@@ -90,7 +133,7 @@ func FuzzParseBody(f *testing.F) {
 	apis := []scoring.API{scoring.APIChat, scoring.APICompletions, scoring.APIMessages}
 	f.Fuzz(func(t *testing.T, body string, api uint8) {
 		r := scoring.Request{API: apis[int(api)%len(apis)]}
-		err := parseBody(&r, []byte(body), "")
+		_, err := parseBody(&r, []byte(body), "")
 		var br *badRequest
 		if err != nil && !errors.As(err, &br) {
 			t.Fatalf("error of type %T: %v", err, err)
@@ -99,31 +142,4 @@ func FuzzParseBody(f *testing.F) {
 			t.Fatal("accepted a request without a model")
 		}
 	})
-}
-
-func TestRegistryExpiresAndEndsOnce(t *testing.T) {
-	t.Parallel()
-	now := time.Unix(1000, 0)
-	var ends []scoring.Outcome
-	r := NewRegistry(time.Minute, func() time.Time { return now }, func(_ *Assignment, o scoring.Outcome) { ends = append(ends, o) })
-	a := r.Begin("a", &scoring.Decision{Worker: "w0"})
-	b := r.Begin("b", &scoring.Decision{Worker: "w0"})
-	if r.InFlight("w0") != 2 {
-		t.Fatalf("in flight %d", r.InFlight("w0"))
-	}
-	now = now.Add(30 * time.Second)
-	c := r.Begin("c", &scoring.Decision{Worker: "w1"})
-	now = now.Add(31 * time.Second)
-	if n := r.Expire(); n != 2 {
-		t.Fatalf("expired %d, want 2", n)
-	}
-	if r.End(a, scoring.Outcome{End: scoring.EndCompleted}) || r.End(b, scoring.Outcome{End: scoring.EndAborted}) {
-		t.Fatal("an expired assignment ended again")
-	}
-	if !r.End(c, scoring.Outcome{End: scoring.EndCompleted}) {
-		t.Fatal("c did not end")
-	}
-	if r.Len() != 0 || len(ends) != 3 || ends[0].End != scoring.EndExpired || ends[2].Duration != 31*time.Second {
-		t.Fatalf("len %d ends %+v", r.Len(), ends)
-	}
 }

@@ -7,21 +7,22 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/warmpath/warmpath/discovery"
+	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/scoring"
 	"github.com/warmpath/warmpath/telemetry"
 )
 
-// Picker chooses the worker for a request. The scoring package's policies
-// implement it.
+// Picker chooses the worker for a request. The scoring package's Router
+// implements it.
 type Picker interface {
 	// Pick chooses among ws: the healthy workers serving req.Model, never
 	// empty. The decision is handed back to Done exactly once.
@@ -71,7 +72,9 @@ type Config struct {
 	DebugHeaders bool
 	// RetryAfter is the Retry-After value, in seconds, on 503 replies.
 	RetryAfter int
-	// AssignmentTTL ends assignments whose end was never seen.
+	// AssignmentTTL ends an assignment whose response has not ended that
+	// long after it was routed (the stream goes on; only the reservation and
+	// the outcome end).
 	AssignmentTTL time.Duration
 }
 
@@ -95,85 +98,94 @@ type Server struct {
 	semconv telemetry.Semconv
 	tenant  TenantConfig
 
-	assignments *Registry
+	// inFlight counts assignments routed and not yet ended.
+	inFlight atomic.Int64
 }
 
 // Option configures optional parts of a Server.
 type Option func(*Server)
 
-// WithClock replaces time.Now, for tests.
-func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = now } }
-
 // WithHealth reports upstream results to h.
 func WithHealth(h HealthReporter) Option { return func(s *Server) { s.health = h } }
 
-// New returns a Server that routes with picker among pool's workers and
-// registers its metrics with reg.
-func New(cfg Config, pool Pool, picker Picker, reg prometheus.Registerer, log *slog.Logger, opts ...Option) *Server {
-	s := &Server{cfg: cfg, pool: pool, picker: picker, log: log, now: time.Now, m: newMetrics(reg)}
-	for _, o := range opts {
-		o(s)
+// New returns a Server that routes with picker among pool's workers. It
+// fails when its metrics cannot be registered.
+func New(cfg Config, pool Pool, picker Picker, o component.Options, opts ...Option) (*Server, error) {
+	s := &Server{cfg: cfg, pool: pool, picker: picker, log: o.Log(), now: o.Now()}
+	for _, opt := range opts {
+		opt(s)
 	}
-	s.om = newObserveMetrics(reg, s.semconv, s.tenant.Labels)
-	s.assignments = NewRegistry(cfg.AssignmentTTL, s.now, s.ended)
-	return s
+	var err error
+	if s.m, err = newMetrics(o); err != nil {
+		return nil, err
+	}
+	if s.om, err = newObserveMetrics(o, s.semconv, s.tenant.Labels); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
-// Run expires stale assignments until ctx ends.
-func (s *Server) Run(ctx context.Context) error { return s.assignments.Run(ctx) }
+// InFlight returns the number of assignments routed and not yet ended.
+func (s *Server) InFlight() int { return int(s.inFlight.Load()) }
 
-// InFlight returns the number of assignments not yet ended.
-func (s *Server) InFlight() int { return s.assignments.Len() }
-
-// InFlightByWorker returns the assignments not yet ended, per worker.
-func (s *Server) InFlightByWorker() map[string]int { return s.assignments.ByWorker() }
-
-// Assignments returns the server's in-flight registry.
-func (s *Server) Assignments() *Registry { return s.assignments }
-
-// ended is the registry's end hook: metrics, health and the picker's feedback.
-func (s *Server) ended(a *Assignment, o scoring.Outcome) {
-	s.m.ended.WithLabelValues(string(o.End)).Inc()
-	s.om.outcome(a.Decision, o)
-	s.m.inFlight.WithLabelValues(a.Worker).Set(float64(s.assignments.InFlight(a.Worker)))
-	// An assignment that ended before any response (the client left, or
-	// the upstream never answered) says nothing certain about the worker;
-	// the active health check judges those.
-	if s.health != nil && o.HTTPStatus != 0 {
-		s.health.ReportResult(a.Worker, o.HTTPStatus, nil)
-	}
-	s.picker.Done(a.Decision, o)
+// received is one result of the stream's Recv.
+type received struct {
+	msg *extprocv3.ProcessingRequest
+	err error
 }
 
-// Process handles one ext_proc stream, that is one HTTP request. Recv
-// already returns as soon as the stream's context ends (client gone, Envoy
-// reset, server stop), so the loop needs no second goroutine; the deferred
+// Process handles one ext_proc stream, that is one HTTP request. A reader
+// goroutine turns Recv into a channel; the loop below owns the exchange and
+// selects on that channel, on the assignment's TTL and on the stream's
+// end. The reader ends when Recv fails, which it does as soon as the
+// stream's context ends: at the latest when Process returns. The deferred
 // cleanup ends an unfinished assignment as aborted.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	ex := &exchange{s: s, stream: stream, ctx: stream.Context()}
-	defer ex.cleanup()
-	for {
-		req, err := stream.Recv()
-		if err != nil {
-			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
-				return nil
+	ctx := stream.Context()
+	ex := &exchange{stream: stream, log: s.log}
+	defer s.cleanup(ex)
+	recv := make(chan received)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			select {
+			case recv <- received{m, err}:
+			case <-ctx.Done():
+				return
 			}
-			s.m.streamErrors.WithLabelValues("recv").Inc()
-			return err
+			if err != nil {
+				return
+			}
 		}
-		if err := ex.handle(req); err != nil {
-			var pe *protocolError
-			if errors.As(err, &pe) {
-				s.m.streamErrors.WithLabelValues("out_of_order").Inc()
-				ex.trace.fail(err, ex.s.now())
-				s.log.Warn("ext_proc protocol error", "request_id", ex.req.ID, "err", err)
-				return status.Error(codes.FailedPrecondition, err.Error())
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ex.route.expiry():
+			s.expire(ex)
+		case r := <-recv:
+			if r.err != nil {
+				if errors.Is(r.err, io.EOF) || status.Code(r.err) == codes.Canceled {
+					return nil
+				}
+				s.m.streamErrors.WithLabelValues("recv").Inc()
+				return r.err
 			}
-			if ex.ctx.Err() != nil {
-				return nil // the stream ended while we were sending
+			if err := s.handle(ctx, ex, r.msg); err != nil {
+				var pe *protocolError
+				if errors.As(err, &pe) {
+					s.m.streamErrors.WithLabelValues("out_of_order").Inc()
+					ex.trace.fail(err, s.now())
+					ex.log.Warn("ext_proc protocol error", "err", err)
+					return status.Error(codes.FailedPrecondition, err.Error())
+				}
+				if ctx.Err() != nil {
+					return nil // the stream ended while we were sending
+				}
+				s.m.streamErrors.WithLabelValues("send").Inc()
+				return err
 			}
-			s.m.streamErrors.WithLabelValues("send").Inc()
-			return err
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -483,5 +484,49 @@ func (s *subtestEnvoy) run(abortAt int, chunks []string) {
 	}
 	_ = st.CloseSend()
 	for recv() {
+	}
+}
+
+// TestAssignmentExpires: an assignment whose response has not ended within
+// the TTL ends as expired, once. The stream goes on passing the response
+// through, and its end later reports nothing more to the picker.
+func TestAssignmentExpires(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.AssignmentTTL = 20 * time.Millisecond
+	h := newHarness(t, cfg)
+	e := h.open(t, modeFullDuplex, modeFullDuplex)
+	e.requestHeaders("POST", "/v1/chat/completions", false, "x-request-id", "ttl")
+	e.requestBody(chatBody, true)
+	routeHeaders(t, e)
+	e.responseHeaders("200", "text/event-stream", false)
+	if e.recv().GetResponseHeaders() == nil {
+		t.Fatal("want response_headers reply")
+	}
+	o := h.picker.waitOutcome(t)
+	if o.End != scoring.EndExpired || o.Duration < cfg.AssignmentTTL {
+		t.Fatalf("outcome %+v, want expired after at least %v", o, cfg.AssignmentTTL)
+	}
+	if n := h.srv.InFlight(); n != 0 {
+		t.Fatalf("%d assignments in flight after expiry", n)
+	}
+	e.responseBody(openAIStream, true)
+	if sr := e.recv().GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse(); string(sr.GetBody()) != openAIStream {
+		t.Fatalf("response after expiry echoed as %q", sr.GetBody())
+	}
+	if err := e.stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.recvErr(); !errors.Is(err, io.EOF) {
+		t.Fatalf("stream ended with %v", err)
+	}
+	h.picker.mu.Lock()
+	n := len(h.picker.outcomes)
+	h.picker.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("picker heard %d outcomes, want 1", n)
+	}
+	if got := testutil.ToFloat64(h.srv.m.ended.WithLabelValues("expired")); got != 1 {
+		t.Fatalf("expired assignments counted %v times", got)
 	}
 }

@@ -69,10 +69,10 @@ const (
 	tenantLabelOther    = "other"
 )
 
-// identify sets ex.req.Tenant from the configured trusted source of the
-// first request message.
-func (ex *exchange) identify(r *extprocv3.ProcessingRequest) {
-	c := &ex.s.tenant
+// identify sets the request's Tenant from the configured trusted source of
+// the first request message.
+func (s *Server) identify(ex *exchange, r *extprocv3.ProcessingRequest) {
+	c := &s.tenant
 	if c.Trust == TrustNone {
 		return
 	}
@@ -88,20 +88,20 @@ func (ex *exchange) identify(r *extprocv3.ProcessingRequest) {
 	}
 	if c.Trust != TrustHeader && c.Header != "" &&
 		headerCarrier(r.GetRequestHeaders().GetHeaders().GetHeaders()).Get(c.Header) != "" {
-		ex.s.om.tenants.WithLabelValues(tenantHeaderIgnored).Inc()
+		s.om.tenants.WithLabelValues(tenantHeaderIgnored).Inc()
 	}
 	if !present || raw == "" {
-		ex.s.om.tenants.WithLabelValues(tenantMissing).Inc()
+		s.om.tenants.WithLabelValues(tenantMissing).Inc()
 		return
 	}
 	t, ok := strings.CutPrefix(raw, c.TrimPrefix)
 	if !ok || !validTenant(t) {
-		ex.s.om.tenants.WithLabelValues(tenantInvalid).Inc()
-		ex.s.log.Warn("tenant identity rejected", "source", string(c.Trust), "len", len(raw))
+		s.om.tenants.WithLabelValues(tenantInvalid).Inc()
+		ex.log.Warn("tenant identity rejected", "source", string(c.Trust), "len", len(raw))
 		return
 	}
-	ex.s.om.tenants.WithLabelValues(tenantOK).Inc()
-	ex.req.Tenant = t
+	s.om.tenants.WithLabelValues(tenantOK).Inc()
+	ex.route.req.Tenant = t
 }
 
 // metadataString walks forwarded dynamic metadata to a string value.

@@ -2,7 +2,6 @@ package extproc
 
 import (
 	"context"
-	"encoding/json"
 	"net"
 	"strconv"
 	"sync"
@@ -193,7 +192,7 @@ func seconds(d time.Duration) float64 { return d.Seconds() }
 // decided records the decision on the SERVER span, opens the GenAI CLIENT
 // span for the upstream call and injects its context into hm, so the
 // worker's own spans nest under it.
-func (rt *requestTrace) decided(r *scoring.Request, d *scoring.Decision, hm *extprocv3.HeaderMutation, now time.Time) {
+func (rt *requestTrace) decided(r *scoring.Request, input []byte, d *scoring.Decision, hm *extprocv3.HeaderMutation, now time.Time) {
 	if rt == nil {
 		return
 	}
@@ -256,8 +255,8 @@ func (rt *requestTrace) decided(r *scoring.Request, d *scoring.Decision, hm *ext
 				c.SetAttributes(telemetry.GenAIRequestStream.Bool(true))
 			}
 			if rt.t.capture {
-				if msgs := promptOf(r.Body); msgs != "" {
-					c.SetAttributes(telemetry.GenAIInputMessages.String(msgs))
+				if len(input) > 0 {
+					c.SetAttributes(telemetry.GenAIInputMessages.String(string(input)))
 				}
 			}
 		}
@@ -371,47 +370,33 @@ func (rt *requestTrace) end(code string, now time.Time) {
 	rt.t.release(rt)
 }
 
-// promptOf returns the raw messages (or prompt) JSON of a request body, ""
-// when it has neither.
-func promptOf(body []byte) string {
-	var b struct {
-		Messages json.RawMessage `json:"messages"`
-		Prompt   json.RawMessage `json:"prompt"`
-	}
-	if json.Unmarshal(body, &b) != nil {
-		return ""
-	}
-	if len(b.Messages) > 0 {
-		return string(b.Messages)
-	}
-	return string(b.Prompt)
-}
-
 // observeDecision records a decision on the metrics and the span, injects
 // the trace context and removes the tenant header from the upstream
 // request, all through the routing reply's header mutation.
-func (ex *exchange) observeDecision(cr *extprocv3.CommonResponse) {
-	ex.s.om.decided(ex.dec)
-	ex.trace.decided(&ex.req, ex.dec, cr.HeaderMutation, ex.s.now())
-	ex.s.tenant.stripTenantHeader(cr.HeaderMutation)
+func (s *Server) observeDecision(ex *exchange, cr *extprocv3.CommonResponse) {
+	rt := &ex.route
+	s.om.decided(rt.dec)
+	ex.trace.decided(&rt.req, rt.input, rt.dec, cr.HeaderMutation, s.now())
+	s.tenant.stripTenantHeader(cr.HeaderMutation)
 }
 
 // observeFinal records the GenAI request metrics and ends the SERVER span
 // when the stream ends. code is the final status ("0" for none), model the
 // bounded model label.
-func (ex *exchange) observeFinal(code, model string) {
-	now := ex.s.now()
+func (s *Server) observeFinal(ex *exchange, code, model string) {
+	now := s.now()
+	req := &ex.route.req
 	r := genAIRequest{
-		api: string(ex.req.API), model: model, tenant: ex.s.tenant.tenantLabel(ex.req.Tenant),
-		arrived: ex.req.Arrived, end: now, errorType: statusErrorType(code), input: -1, output: -1,
+		api: string(req.API), model: model, tenant: s.tenant.tenantLabel(req.Tenant),
+		arrived: req.Arrived, end: now, errorType: statusErrorType(code), input: -1, output: -1,
 	}
 	cached := -1
-	if w := ex.watch; w != nil {
+	if w := ex.route.watch; w != nil {
 		r.firstToken, r.lastToken = w.firstToken, w.lastToken
 		r.input, r.output, cached = w.usage.PromptTokens, w.usage.CompletionTokens, w.usage.CachedTokens
 	}
-	ex.s.om.request(r)
-	ex.s.om.cachedUsage(r, cached)
+	s.om.request(r)
+	s.om.cachedUsage(r, cached)
 	ex.trace.end(code, now)
 	ex.trace = nil // released by end
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/scoring"
 	"github.com/warmpath/warmpath/telemetry"
 )
@@ -97,8 +98,11 @@ func BenchmarkRequestTracing(b *testing.B) {
 				opts = append(opts, WithTracing(p, false))
 			}
 			p := &nopPicker{d: newDecisionPicker(scoring.ModeExact, "local").tmpl}
-			srv := New(testConfig(), &fakePool{workers: testWorkers}, p, prometheus.NewRegistry(),
-				slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError})), opts...)
+			srv, err := New(testConfig(), &fakePool{workers: testWorkers}, p, component.Options{Registerer: prometheus.NewRegistry(),
+				Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))}, opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
 			msgs := chatExchange()
 			ctx := context.Background()
 			b.ReportAllocs()

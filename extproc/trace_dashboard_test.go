@@ -2,8 +2,6 @@ package extproc
 
 import (
 	"encoding/json"
-	"io"
-	"log/slog"
 	"os"
 	"regexp"
 	"strings"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/telemetry"
 )
 
@@ -39,8 +38,10 @@ func TestDashboardQueriesKnownMetrics(t *testing.T) {
 	descName := regexp.MustCompile(`fqName: "([^"]+)"`)
 	for _, sc := range []telemetry.Semconv{{}, {Latest: true}} {
 		reg := prometheus.NewRegistry()
-		New(testConfig(), &fakePool{workers: testWorkers}, newFakePicker(), reg, slog.New(slog.NewTextHandler(io.Discard, nil)),
-			WithTracing(telemetry.Disabled(sc), false))
+		if _, err := New(testConfig(), &fakePool{workers: testWorkers}, newFakePicker(), component.Options{Registerer: reg},
+			WithTracing(telemetry.Disabled(sc), false)); err != nil {
+			t.Fatal(err)
+		}
 		ch := make(chan *prometheus.Desc, 256)
 		go func() { reg.Describe(ch); close(ch) }()
 		for d := range ch {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/scoring"
 	"github.com/warmpath/warmpath/telemetry"
 )
@@ -33,7 +34,6 @@ var tokenizePaths = []string{"local", "remote", "request", "none"}
 // was predicted, what happened, and the error between them.
 type observeMetrics struct {
 	decisions     *prometheus.CounterVec   // policy, mode
-	degraded      *prometheus.CounterVec   // mode
 	tokenizePath  *prometheus.CounterVec   // path
 	predictedTTFT *prometheus.HistogramVec // worker
 	ttftError     *prometheus.HistogramVec // worker
@@ -55,7 +55,7 @@ type observeMetrics struct {
 	tenantLabels  bool
 }
 
-func newObserveMetrics(reg prometheus.Registerer, sc telemetry.Semconv, tenantLabels bool) *observeMetrics {
+func newObserveMetrics(o component.Options, sc telemetry.Semconv, tenantLabels bool) (*observeMetrics, error) {
 	genAI := []string{"gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model"}
 	if tenantLabels {
 		genAI = append(genAI, "tenant")
@@ -68,10 +68,6 @@ func newObserveMetrics(reg prometheus.Registerer, sc telemetry.Semconv, tenantLa
 			Name: "warmpath_decisions_total",
 			Help: "Routing decisions, by policy and by mode (how much the router knew: exact, remote-tokenized, approximate, load-only).",
 		}, []string{"policy", "mode"}),
-		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "warmpath_degraded_decisions_total",
-			Help: "Decisions made with less than exact prefix knowledge, by mode.",
-		}, []string{"mode"}),
 		tokenizePath: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpath_tokenize_path_total",
 			Help: "Decisions by where the prompt's token ids came from: local, remote, request, none.",
@@ -119,7 +115,7 @@ func newObserveMetrics(reg prometheus.Registerer, sc telemetry.Semconv, tenantLa
 			Buckets: genAITPOTBuckets,
 		}, genAI),
 	}
-	cs := []prometheus.Collector{m.decisions, m.degraded, m.tokenizePath, m.predictedTTFT, m.ttftError, m.ttftRelError,
+	cs := []prometheus.Collector{m.decisions, m.tokenizePath, m.predictedTTFT, m.ttftError, m.ttftRelError,
 		m.cachedTokens, m.promptTokens, m.tenants, m.genAITTFT, m.genAIDuration, m.genAITPOT}
 	if sc.Latest {
 		counter := func(name, help string) *prometheus.CounterVec {
@@ -137,8 +133,10 @@ func newObserveMetrics(reg prometheus.Registerer, sc telemetry.Semconv, tenantLa
 		}, with("gen_ai_token_type"))
 		cs = append(cs, m.tokenUsage)
 	}
-	reg.MustRegister(cs...)
-	return m
+	if err := o.Register("extproc observation", cs...); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // decided records a decision.
@@ -148,9 +146,6 @@ func (m *observeMetrics) decided(d *scoring.Decision) {
 		mode = "unknown"
 	}
 	m.decisions.WithLabelValues(d.Policy, mode).Inc()
-	if d.Mode != scoring.ModeExact {
-		m.degraded.WithLabelValues(mode).Inc()
-	}
 	path := d.TokenizePath
 	if !slices.Contains(tokenizePaths, path) {
 		path = "other"

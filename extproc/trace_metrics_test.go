@@ -43,7 +43,7 @@ func (c *stepClock) set(d time.Duration) {
 // observeMetricNames are the series this branch adds, compared against the
 // golden files.
 var observeMetricNames = []string{
-	"warmpath_decisions_total", "warmpath_degraded_decisions_total", "warmpath_tokenize_path_total",
+	"warmpath_decisions_total", "warmpath_tokenize_path_total",
 	"warmpath_predicted_ttft_seconds", "warmpath_ttft_prediction_error_seconds", "warmpath_ttft_prediction_relative_error",
 	"warmpath_cached_tokens_total", "warmpath_prompt_tokens_total", "warmpath_tenant_identity_total",
 	"gen_ai_server_time_to_first_token_seconds", "gen_ai_server_request_duration_seconds",
@@ -85,7 +85,7 @@ func TestMetricsExpositionGolden(t *testing.T) {
 			clk := &stepClock{}
 			clk.set(0)
 			p := newDecisionPicker(scoring.ModeApproximate, "none")
-			tr := newTraced(t, p, tc.semconv, WithClock(clk.now), WithTenant(tc.tenant))
+			tr := newTracedAt(t, p, tc.semconv, clk.now, WithTenant(tc.tenant))
 			// Three requests: tenants acme, globex (not allowlisted) and none.
 			for _, tenant := range []string{"acme", "globex", ""} {
 				clk.set(0)

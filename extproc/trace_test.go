@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/scoring"
 	"github.com/warmpath/warmpath/telemetry"
 )
@@ -122,10 +123,21 @@ type traced struct {
 
 func newTraced(t *testing.T, picker *decisionPicker, sc telemetry.Semconv, opts ...Option) *traced {
 	t.Helper()
+	return newTracedAt(t, picker, sc, nil, opts...)
+}
+
+// newTracedAt is newTraced reading time from clock (nil: time.Now).
+func newTracedAt(t *testing.T, picker *decisionPicker, sc telemetry.Semconv, clock func() time.Time, opts ...Option) *traced {
+	t.Helper()
 	p, rec := newRecorded(t, sc)
 	tr := &traced{rec: rec, reg: prometheus.NewRegistry(), picker: picker}
 	opts = append([]Option{WithTracing(p, false)}, opts...)
-	tr.srv = New(testConfig(), &fakePool{workers: testWorkers}, picker, tr.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), opts...)
+	srv, err := New(testConfig(), &fakePool{workers: testWorkers}, picker,
+		component.Options{Registerer: tr.reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Clock: clock}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.srv = srv
 	tr.client = serveLoopback(t, tr.srv)
 	return tr
 }
@@ -426,8 +438,8 @@ func TestDegradedDecisionIsVisible(t *testing.T) {
 	checkAttrs(t, spans["chat qwen3"], map[attribute.Key]string{
 		"error.type": "503", "warmpath.upstream_error": "overloaded", "warmpath.completion": "aborted",
 	})
-	if got := testutil.ToFloat64(tr.srv.om.degraded.WithLabelValues("load-only")); got != 1 {
-		t.Fatalf("degraded counter %v", got)
+	if got := testutil.ToFloat64(tr.srv.om.decisions.WithLabelValues("warmpath", "load-only")); got != 1 {
+		t.Fatalf("load-only decisions counter %v", got)
 	}
 	if got := testutil.ToFloat64(tr.srv.om.tokenizePath.WithLabelValues("none")); got != 1 {
 		t.Fatalf("tokenize path counter %v", got)

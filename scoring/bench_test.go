@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"fmt"
+	"github.com/warmpath/warmpath/kvindex"
 	"math/rand/v2"
 	"strings"
 	"syscall"
@@ -22,11 +23,13 @@ func cpuTime(tb testing.TB) time.Duration {
 
 // fixedIndex answers every lookup with the same matches: it isolates the
 // router's own cost from the index's.
-type fixedIndex struct{ matches []PrefixMatch }
+type fixedIndex struct{ matches []kvindex.Match }
 
-func (f *fixedIndex) Lookup(CacheKey, []uint32, int) []PrefixMatch { return f.matches }
-func (f *fixedIndex) Speculate(string, CacheKey, []uint32, int)    {}
-func (f *fixedIndex) Stale(string) bool                            { return false }
+func (f *fixedIndex) AppendLookup(dst []kvindex.Match, _ kvindex.ChainKey, _ []uint32, _ int) []kvindex.Match {
+	return append(dst, f.matches...)
+}
+func (f *fixedIndex) Speculate(string, kvindex.ChainKey, []uint32, int) {}
+func (f *fixedIndex) Stale(string) bool                                 { return false }
 
 // BenchmarkDecision measures one full decision as the ext_proc layer makes
 // it: prefix lookup through a hashing index, load reconciliation and TTFT
@@ -53,7 +56,7 @@ func BenchmarkDecision(b *testing.B) {
 			}
 			tok := &fakeTokens{path: "local"}
 			g := newRig(b, PolicyWarmpath, cfg, tok)
-			key := CacheKey{Model: "m"}
+			key := kvindex.ChainKey{Model: "m"}
 			for i, ids := range prompts {
 				g.index.store(ws[rng.IntN(16)].Name, key, ids, 4096+16*rng.IntN(256), 16, false)
 				if i%4 == 0 {
@@ -61,14 +64,14 @@ func BenchmarkDecision(b *testing.B) {
 				}
 			}
 			if bc.index == "fixed" {
-				var ms []PrefixMatch
+				var ms []kvindex.Match
 				for _, w := range ws[:6] {
-					ms = append(ms, PrefixMatch{Worker: w.Name, GPUTokens: 4096 + 16*rng.IntN(256), OffloadedTokens: 512})
+					ms = append(ms, kvindex.Match{Worker: w.Name, GPUTokens: 4096 + 16*rng.IntN(256), OffloadedTokens: 512})
 				}
-				g.r.index = &fixedIndex{matches: ms}
+				g.r.gather.index = &fixedIndex{matches: ms}
 			}
 			for _, w := range ws {
-				g.load.reports[w.Name] = LoadReport{Running: rng.IntN(8), Waiting: rng.IntN(3), HasKVUsage: true,
+				g.load.reports[w.Name] = loadReport{Running: rng.IntN(8), Waiting: rng.IntN(3), HasKVUsage: true,
 					KVUsage: rng.Float64(), Scraped: g.clock.Now()}
 			}
 			body := []byte(strings.Repeat("x", bodySize))
@@ -78,7 +81,7 @@ func BenchmarkDecision(b *testing.B) {
 			cpu0 := cpuTime(b)
 			for b.Loop() {
 				tok.ids = prompts[i%len(prompts)]
-				d, err := g.r.Pick(b.Context(), &Request{Model: "m", Body: body}, ws)
+				d, err := g.r.Pick(b.Context(), &Request{API: APIChat, Model: "m", Prompt: body, Body: body}, ws)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -103,7 +106,7 @@ func BenchmarkPredict(b *testing.B) {
 	g := newRig(b, PolicyWarmpath, DefaultConfig(), nil)
 	ws := pool(16)
 	ids := prompt(1, 4096, 8192)
-	g.index.store("w3", CacheKey{Model: "m"}, ids, 4096, 16, false)
+	g.index.store("w3", kvindex.ChainKey{Model: "m"}, ids, 4096, 16, false)
 	req := &Request{Model: "m", TokenIDs: ids}
 	b.ReportAllocs()
 	cpu0 := cpuTime(b)

@@ -44,9 +44,11 @@ type Config struct {
 	Shadow []string `yaml:"shadow"`
 
 	// BlockSizes maps a served model name to its KV block size in tokens;
-	// models not listed use DefaultBlockSize (default 16).
-	BlockSizes       map[string]int `yaml:"block_sizes"`
-	DefaultBlockSize int            `yaml:"default_block_size"`
+	// models not listed use DefaultBlockSize (default 16). They are not
+	// read from the scoring section: the configuration's one place for a
+	// block size is models[].block_size, which the app copies here.
+	BlockSizes       map[string]int `yaml:"-"`
+	DefaultBlockSize int            `yaml:"-"`
 
 	// Prior is the step model every worker starts from before calibration.
 	Prior StepModel `yaml:"prior"`
@@ -99,9 +101,6 @@ type Config struct {
 	// Defaults 0.9 and 1.
 	KVHigh    float64 `yaml:"kv_high"`
 	KVPenalty float64 `yaml:"kv_penalty"`
-	// LoadMaxAge is how old a scraped load report may be and still be used.
-	// Default 5 s.
-	LoadMaxAge time.Duration `yaml:"load_max_age"`
 	// DefaultUncached is the uncached tokens assumed for a request that the
 	// scrape shows but warmpath did not route, until outcomes teach the
 	// worker's average. Default 512.
@@ -156,7 +155,6 @@ func DefaultConfig() Config {
 		OffloadCost:       0.25,
 		KVHigh:            0.9,
 		KVPenalty:         1,
-		LoadMaxAge:        5 * time.Second,
 		DefaultUncached:   512,
 		TextChunk:         1024,
 		BytesPerToken:     4,
@@ -180,11 +178,11 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.DefaultBlockSize <= 0 {
-		bad("default_block_size: %d is not positive", c.DefaultBlockSize)
+		bad("default block size: %d is not positive", c.DefaultBlockSize)
 	}
 	for m, b := range c.BlockSizes {
 		if b <= 0 {
-			bad("block_sizes[%s]: %d is not positive", m, b)
+			bad("block size of model %s: %d is not positive", m, b)
 		}
 	}
 	for i, v := range c.Prior.vector() {
@@ -234,9 +232,6 @@ func (c *Config) Validate() error {
 	}
 	if !(c.KVPenalty >= 0) {
 		bad("kv_penalty: %v is negative", c.KVPenalty)
-	}
-	if c.LoadMaxAge <= 0 {
-		bad("load_max_age: %v is not positive", c.LoadMaxAge)
 	}
 	if c.DefaultUncached < 0 {
 		bad("default_uncached: %d is negative", c.DefaultUncached)

@@ -19,8 +19,8 @@ const (
 )
 
 // Request is what the router knows about one LLM request when it decides.
-// The extproc package fills it from the HTTP request; pickers treat it as
-// read-only.
+// The extproc package parses the body once and fills it; pickers treat it
+// as read-only.
 type Request struct {
 	// ID is the request id (x-request-id or generated), for logs and spans.
 	ID string
@@ -30,7 +30,13 @@ type Request struct {
 	Path string
 	// Model is the served model name from the body ("" for APIOther).
 	Model string
-	// Body is the complete request body as received. Pickers must not modify it.
+	// Prompt is what decides the engine's prompt, as the client wrote it:
+	// the JSON of tools, system and messages (chat and messages APIs) or of
+	// prompt (completions), without the sampling fields around them. The
+	// approximate mode hashes it. Nil for APIOther. Read-only.
+	Prompt []byte
+	// Body is the complete request body as received, for the tokenizer
+	// only, which renders it as the engine does. Read-only.
 	Body []byte
 	// TokenIDs holds the prompt when a completions client sent token ids
 	// (the first prompt when it sent several); nil otherwise.

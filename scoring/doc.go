@@ -2,14 +2,30 @@
 // seconds of predicted time to first token, never a unitless weight: every
 // decision can be explained as numbers.
 //
-// A Router (see New) is the picker the ext_proc layer calls. For each
-// request it gathers what is known, from most to least informed: exact
-// token ids (from the client, a local tokenizer or a worker's /tokenize,
-// through TokenSource) and each worker's cached prefix from the KV index
-// (PrefixIndex); or, without tokens, warmpath's own history of which text
-// blocks it routed where (approximate mode); or nothing but load (load-only
-// mode). The mode and the reason for each step down are put on the
-// Decision and counted.
+// A Router (see New) is the picker the ext_proc layer calls. It is a
+// façade over rooms, each in its own file, that a decision passes through
+// in order:
+//
+//   - Gathering (gather.go, sources.go, text.go) reads what is known before
+//     the router's lock is taken, from most to least informed: exact token
+//     ids (from the client, or through TokenSource: a local tokenizer or a
+//     candidate worker's /tokenize) and each worker's cached prefix from the
+//     KV index (PrefixIndex); or, without tokens, warmpath's own history of
+//     which chunks of the prompt's text it routed where (approximate mode);
+//     or nothing but load (load-only mode). The mode and the reason for
+//     each step down are put on the Decision. It also reads every
+//     candidate's scraped engine load (EngineLoad).
+//   - Prediction (predict.go, model.go) prices the request on every
+//     candidate with that worker's step model and its load.
+//   - The policy (policy.go) chooses; shadow policies choose too, on the
+//     same view, without effect.
+//   - The ledger (ledger.go) is the one record of what is in flight: the
+//     chosen worker's reservation, from Pick to Done.
+//   - Learning (learn.go, calibrate.go, gap.go) takes what each outcome
+//     teaches.
+//   - Metrics (metrics.go) are what only the router knows; decisions and
+//     outcomes themselves are observed by the ext_proc layer, for every
+//     picker alike.
 //
 // The TTFT model predicts, per candidate, the wait before the request's
 // prefill starts (the prefill work of warmpath's own in-flight assignments

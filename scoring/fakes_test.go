@@ -15,6 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warmpath/warmpath/discovery"
+	"github.com/warmpath/warmpath/internal/component"
+	"github.com/warmpath/warmpath/kvindex"
+	"github.com/warmpath/warmpath/tokenize"
 )
 
 // fakeTokens returns fixed ids, or err when set.
@@ -24,7 +27,7 @@ type fakeTokens struct {
 	err  error
 }
 
-func (f *fakeTokens) Tokens(context.Context, *Request) ([]uint32, string, error) {
+func (f *fakeTokens) Tokenize(context.Context, string, tokenize.Kind, []byte, string) ([]uint32, string, error) {
 	if f.err != nil {
 		return nil, "", f.err
 	}
@@ -59,7 +62,7 @@ func newFakeIndex() *fakeIndex {
 		lastGPU: map[string]int{}}
 }
 
-func (f *fakeIndex) keys(key CacheKey, ids []uint32, bs int) []uint64 {
+func (f *fakeIndex) keys(key kvindex.ChainKey, ids []uint32, bs int) []uint64 {
 	h := maphash.String(f.seed, key.Model+"\x00"+key.LoRA+"\x00"+key.Salt)
 	out := make([]uint64, 0, len(ids)/bs)
 	for off := 0; off+bs <= len(ids); off += bs {
@@ -83,7 +86,7 @@ func (f *fakeIndex) workerBit(w string) uint64 {
 
 // store marks the first n tokens of ids as cached on worker (offloaded
 // when off is set).
-func (f *fakeIndex) store(worker string, key CacheKey, ids []uint32, n, bs int, off bool) {
+func (f *fakeIndex) store(worker string, key kvindex.ChainKey, ids []uint32, n, bs int, off bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	b := f.workerBit(worker)
@@ -98,7 +101,7 @@ func (f *fakeIndex) store(worker string, key CacheKey, ids []uint32, n, bs int, 
 	}
 }
 
-func (f *fakeIndex) Lookup(key CacheKey, ids []uint32, bs int) []PrefixMatch {
+func (f *fakeIndex) AppendLookup(out []kvindex.Match, key kvindex.ChainKey, ids []uint32, bs int) []kvindex.Match {
 	ks := f.keys(key, ids, bs)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -133,18 +136,17 @@ func (f *fakeIndex) Lookup(key CacheKey, ids []uint32, bs int) []PrefixMatch {
 	}
 	end(aliveGPU, len(ks)*bs, gpu)
 	end(alive, len(ks)*bs, all)
-	var out []PrefixMatch
 	clear(f.lastGPU)
 	for w, name := range f.names {
 		f.lastGPU[name] = gpu[w]
 		if all[w] > 0 {
-			out = append(out, PrefixMatch{Worker: name, GPUTokens: min(gpu[w], all[w]), OffloadedTokens: all[w] - min(gpu[w], all[w])})
+			out = append(out, kvindex.Match{Worker: name, GPUTokens: min(gpu[w], all[w]), OffloadedTokens: all[w] - min(gpu[w], all[w])})
 		}
 	}
 	return out
 }
 
-func (f *fakeIndex) Speculate(worker string, key CacheKey, ids []uint32, bs int) {
+func (f *fakeIndex) Speculate(worker string, key kvindex.ChainKey, ids []uint32, bs int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ks := f.lastKeys
@@ -183,17 +185,38 @@ func (f *fakeIndex) Stale(w string) bool {
 	return f.stale[w]
 }
 
-// fakeLoad serves fixed load reports.
-type fakeLoad struct {
-	mu      sync.Mutex
-	reports map[string]LoadReport
+// loadReport is one worker's scraped gauges as a test writes them.
+type loadReport struct {
+	Running, Waiting int
+	KVUsage          float64
+	HasKVUsage       bool
+	KVBlocks         int
+	Scraped          time.Time
 }
 
-func (f *fakeLoad) Load(w string) (LoadReport, bool) {
+// fakeLoad serves fixed load reports, stale past maxAge on clock, as the
+// scraper marks them.
+type fakeLoad struct {
+	clock  *fakeClock
+	maxAge time.Duration
+
+	mu      sync.Mutex
+	reports map[string]loadReport
+}
+
+func (f *fakeLoad) Load(w string) (discovery.EngineLoad, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, ok := f.reports[w]
-	return r, ok
+	if !ok {
+		return discovery.EngineLoad{}, false
+	}
+	return discovery.EngineLoad{
+		EngineMetrics: discovery.EngineMetrics{Running: r.Running, Waiting: r.Waiting,
+			KVCacheUsage: r.KVUsage, HasKVCacheUsage: r.HasKVUsage, KVBlocks: r.KVBlocks},
+		ScrapedAt: r.Scraped,
+		Stale:     f.clock.Now().Sub(r.Scraped) > f.maxAge,
+	}, true
 }
 
 // fakeClock is a settable clock.
@@ -253,11 +276,11 @@ type rig struct {
 
 func newRig(t testing.TB, policy string, cfg Config, tok TokenSource) *rig {
 	t.Helper()
-	g := &rig{reg: prometheus.NewRegistry(), index: newFakeIndex(), load: &fakeLoad{reports: map[string]LoadReport{}},
-		clock: newFakeClock(), logs: &bytes.Buffer{}}
-	deps := Deps{Tokens: tok, Index: g.index, Load: g.load, Registerer: g.reg,
+	g := &rig{reg: prometheus.NewRegistry(), index: newFakeIndex(), clock: newFakeClock(), logs: &bytes.Buffer{}}
+	g.load = &fakeLoad{clock: g.clock, maxAge: 5 * time.Second, reports: map[string]loadReport{}}
+	o := component.Options{Registerer: g.reg, Clock: g.clock.Now,
 		Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: g.logs}, nil))}
-	r, err := New(policy, cfg, deps, WithClock(g.clock.Now), WithSeed(7))
+	r, err := New(policy, cfg, Sources{Tokens: tok, Index: g.index, Load: g.load}, o, WithSeed(7))
 	if err != nil {
 		t.Fatalf("New(%q): %v", policy, err)
 	}

@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"encoding/binary"
+	"github.com/warmpath/warmpath/kvindex"
 	"testing"
 	"time"
 )
@@ -29,12 +30,12 @@ func FuzzPickDone(f *testing.F) {
 		}
 		ws := pool(1 + int(sel)%5)
 		if len(ids) > 16 {
-			g.index.store(ws[0].Name, CacheKey{Model: "m"}, ids, len(ids)/16*16, 16, sel%2 == 0)
+			g.index.store(ws[0].Name, kvindex.ChainKey{Model: "m"}, ids, len(ids)/16*16, 16, sel%2 == 0)
 		}
-		g.load.reports[ws[0].Name] = LoadReport{Running: promptTokens % 1000, Waiting: cachedTokens % 1000,
+		g.load.reports[ws[0].Name] = loadReport{Running: promptTokens % 1000, Waiting: cachedTokens % 1000,
 			HasKVUsage: true, KVUsage: float64(sel) / 100, Scraped: g.clock.Now()}
 		for round := range 3 {
-			req := &Request{Model: "m", Body: body}
+			req := &Request{API: APIChat, Model: "m", Prompt: body, Body: body}
 			if round != 1 {
 				req.TokenIDs = ids
 			}

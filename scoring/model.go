@@ -99,8 +99,8 @@ type prediction struct {
 
 func (p prediction) total() float64 { return p.queue + p.prefill + p.overhead }
 
-// predict applies step model m to w; factor ≥ 1 prices preemption risk.
-func predict(m StepModel, w *workload, factor float64) prediction {
+// predictTTFT applies step model m to w; factor ≥ 1 prices preemption risk.
+func predictTTFT(m StepModel, w *workload, factor float64) prediction {
 	q, pf := w.parts()
 	v := m.vector()
 	return prediction{

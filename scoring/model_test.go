@@ -104,7 +104,7 @@ func TestPredictParts(t *testing.T) {
 	t.Parallel()
 	m := DefaultConfig().Prior
 	w := workload{prompt: 1000, ahead: 9000, budget: 4096}
-	p := predict(m, &w, 1.5)
+	p := predictTTFT(m, &w, 1.5)
 	q, pf := w.parts()
 	v := m.vector()
 	if math.Abs(p.queue-1.5*dot(q, v)) > 1e-12 || math.Abs(p.prefill-1.5*dot(pf, v)) > 1e-12 || p.overhead != m.RequestOverhead {

@@ -1,6 +1,8 @@
 package scoring
 
 import (
+	"github.com/warmpath/warmpath/internal/component"
+	"github.com/warmpath/warmpath/kvindex"
 	"strings"
 	"testing"
 	"time"
@@ -14,13 +16,13 @@ func scenario(t *testing.T, g *rig) (*Request, Workers) {
 	t.Helper()
 	ws := pool(3)
 	ids := prompt(1, 8192, 8192)
-	key := CacheKey{Model: "m"}
+	key := kvindex.ChainKey{Model: "m"}
 	g.index.store("w0", key, ids, 8000, 16, false)
 	g.index.store("w2", key, ids, 4096, 16, false)
 	now := g.clock.Now()
-	g.load.reports["w0"] = LoadReport{Waiting: 40, Scraped: now, HasKVUsage: true, KVUsage: 0.5}
-	g.load.reports["w1"] = LoadReport{Scraped: now, HasKVUsage: true, KVUsage: 0.1}
-	g.load.reports["w2"] = LoadReport{Waiting: 2, Scraped: now, HasKVUsage: true, KVUsage: 0.3}
+	g.load.reports["w0"] = loadReport{Waiting: 40, Scraped: now, HasKVUsage: true, KVUsage: 0.5}
+	g.load.reports["w1"] = loadReport{Scraped: now, HasKVUsage: true, KVUsage: 0.1}
+	g.load.reports["w2"] = loadReport{Waiting: 2, Scraped: now, HasKVUsage: true, KVUsage: 0.3}
 	return &Request{ID: "r1", Model: "m", TokenIDs: ids}, ws
 }
 
@@ -41,7 +43,7 @@ func TestPolicies(t *testing.T) {
 		{name: "affinity stays while under threshold", policy: PolicyAffinity, tweak: func(c *Config) { c.AffinityThreshold = 2 * time.Second }, want: "w0", reason: "warmest unsaturated (8000"},
 		{name: "affinity under a tight threshold falls to the idle worker", policy: PolicyAffinity, tweak: func(c *Config) { c.AffinityThreshold = time.Millisecond }, want: "w1", reason: "warmest unsaturated (0 cached"},
 		{name: "affinity all saturated takes least penalty", policy: PolicyAffinity, tweak: func(c *Config) { c.AffinityThreshold = time.Millisecond },
-			setup: func(g *rig) { g.load.reports["w1"] = LoadReport{Waiting: 1, Scraped: g.clock.Now()} }, want: "w1", reason: "all saturated; least penalty 0.026s"},
+			setup: func(g *rig) { g.load.reports["w1"] = loadReport{Waiting: 1, Scraped: g.clock.Now()} }, want: "w1", reason: "all saturated; least penalty 0.026s"},
 		{name: "dynamo-cost counts uncached and active blocks", policy: PolicyDynamoCost, want: "w2", reason: "lowest block cost 896"},
 		{name: "dynamo-cost with prefill weighted zero sees decode blocks only", policy: PolicyDynamoCost, tweak: func(c *Config) { c.OverlapWeight = 0 }, want: "w1", reason: "lowest block cost 512"},
 		{name: "round-robin starts at the first", policy: PolicyRoundRobin, want: "w0", reason: "next in turn"},
@@ -151,17 +153,16 @@ func TestNewRejects(t *testing.T) {
 		name   string
 		policy string
 		cfg    Config
-		deps   Deps
 		want   string
 	}{
 		{name: "unknown policy", policy: "fastest", cfg: DefaultConfig(), want: `unknown policy "fastest"`},
 		{name: "unknown shadow", policy: PolicyWarmpath, cfg: bad, want: `shadow: unknown policy "oracle"`},
-		{name: "no registerer", policy: PolicyWarmpath, cfg: DefaultConfig(), want: "no prometheus registerer"},
+		{name: "invalid config", policy: PolicyWarmpath, cfg: Config{}, want: "prior_spread"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := New(tt.policy, tt.cfg, tt.deps)
+			_, err := New(tt.policy, tt.cfg, Sources{}, component.Options{})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("err = %v, want %q", err, tt.want)
 			}

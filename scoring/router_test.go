@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/warmpath/warmpath/kvindex"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -29,35 +30,35 @@ func TestModes(t *testing.T) {
 		wantWarm   bool // the warmed worker is chosen with cached tokens
 	}{
 		{name: "client token ids are exact", req: Request{Model: "m", TokenIDs: ids}, wantMode: ModeExact, wantPath: "request"},
-		{name: "local tokenizer is exact", tok: &fakeTokens{ids: ids, path: "local"}, req: Request{Model: "m", Body: body}, wantMode: ModeExact, wantPath: "local"},
-		{name: "remote tokenizer", tok: &fakeTokens{ids: ids, path: "remote"}, req: Request{Model: "m", Body: body}, wantMode: ModeRemote, wantPath: "remote"},
-		{name: "tokens but no index is load only", noIndex: true, tok: &fakeTokens{ids: ids, path: "local"}, req: Request{Model: "m", Body: body}, wantMode: ModeLoadOnly, wantPath: "local", wantReason: "no prefix index"},
-		{name: "tokenizer fails, no history: load only", tok: &fakeTokens{err: errTokenize}, req: Request{Model: "m", Body: body}, wantMode: ModeLoadOnly, wantPath: "none", wantReason: errTokenize.Error()},
-		{name: "tokenizer fails, history: approximate", tok: &fakeTokens{err: errTokenize}, req: Request{Model: "m", Body: body}, warm: true, wantMode: ModeApproximate, wantPath: "none", wantReason: errTokenize.Error(), wantWarm: true},
-		{name: "no tokenizer, history: approximate", req: Request{Model: "m", Body: body}, warm: true, wantMode: ModeApproximate, wantPath: "none", wantReason: "no tokenizer configured", wantWarm: true},
-		{name: "no tokenizer, body shorter than a block: load only", req: Request{Model: "m", Body: []byte(`{"model":"m"}`)}, warm: true, wantMode: ModeLoadOnly, wantPath: "none", wantReason: "no tokenizer configured"},
-		{name: "history is per cache salt", req: Request{Model: "m", Body: body, CacheSalt: "other"}, warm: true, wantMode: ModeLoadOnly, wantPath: "none", wantReason: "no tokenizer configured"},
+		{name: "local tokenizer is exact", tok: &fakeTokens{ids: ids, path: "local"}, req: Request{API: APIChat, Model: "m", Prompt: body, Body: body}, wantMode: ModeExact, wantPath: "local"},
+		{name: "remote tokenizer", tok: &fakeTokens{ids: ids, path: "remote"}, req: Request{API: APIChat, Model: "m", Prompt: body, Body: body}, wantMode: ModeRemote, wantPath: "remote"},
+		{name: "tokens but no index is load only", noIndex: true, tok: &fakeTokens{ids: ids, path: "local"}, req: Request{API: APIChat, Model: "m", Prompt: body, Body: body}, wantMode: ModeLoadOnly, wantPath: "local", wantReason: "no prefix index"},
+		{name: "tokenizer fails, no history: load only", tok: &fakeTokens{err: errTokenize}, req: Request{API: APIChat, Model: "m", Prompt: body, Body: body}, wantMode: ModeLoadOnly, wantPath: "none", wantReason: errTokenize.Error()},
+		{name: "tokenizer fails, history: approximate", tok: &fakeTokens{err: errTokenize}, req: Request{API: APIChat, Model: "m", Prompt: body, Body: body}, warm: true, wantMode: ModeApproximate, wantPath: "none", wantReason: errTokenize.Error(), wantWarm: true},
+		{name: "no tokenizer, history: approximate", req: Request{API: APIChat, Model: "m", Prompt: body, Body: body}, warm: true, wantMode: ModeApproximate, wantPath: "none", wantReason: "no tokenizer configured", wantWarm: true},
+		{name: "no tokenizer, body shorter than a block: load only", req: Request{API: APIChat, Model: "m", Prompt: []byte(`{"model":"m"}`), Body: []byte(`{"model":"m"}`)}, warm: true, wantMode: ModeLoadOnly, wantPath: "none", wantReason: "no tokenizer configured"},
+		{name: "history is per cache salt", req: Request{API: APIChat, Model: "m", Prompt: body, Body: body, CacheSalt: "other"}, warm: true, wantMode: ModeLoadOnly, wantPath: "none", wantReason: "no tokenizer configured"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			g := newRig(t, PolicyWarmpath, DefaultConfig(), tt.tok)
 			if tt.noIndex {
-				g.r.index = nil
+				g.r.gather.index = nil
 			}
 			ws := pool(4)
 			warmed := ""
 			if tt.warm {
 				// Route the body once with the warmed worker the only
 				// candidate, then keep it busy so load alone would avoid it.
-				prev := Request{Model: "m", Body: body}
+				prev := Request{API: APIChat, Model: "m", Prompt: body, Body: body}
 				d, err := g.r.Pick(t.Context(), &prev, ws[2:3])
 				if err != nil {
 					t.Fatal(err)
 				}
 				warmed = d.Worker
 				g.r.Done(d, Outcome{End: EndAborted})
-				g.load.reports[warmed] = LoadReport{Running: 1, Scraped: g.clock.Now()}
+				g.load.reports[warmed] = loadReport{Running: 1, Scraped: g.clock.Now()}
 			}
 			d, err := g.r.Pick(t.Context(), &tt.req, ws)
 			if err != nil {
@@ -71,13 +72,6 @@ func TestModes(t *testing.T) {
 			}
 			if d.PromptTokens == 0 {
 				t.Error("no prompt size, exact or estimated")
-			}
-			want := 1.0
-			if tt.warm && tt.wantMode == ModeLoadOnly {
-				want = 2 // the warming decision had no history either
-			}
-			if n := testutil.ToFloat64(g.r.m.decisions.WithLabelValues(PolicyWarmpath, string(tt.wantMode))); n != want {
-				t.Errorf("decisions_total{mode=%s} = %v, want %v", tt.wantMode, n, want)
 			}
 		})
 	}
@@ -114,8 +108,8 @@ func TestReservationBurst(t *testing.T) {
 			break
 		}
 	}
-	if n := testutil.ToFloat64(g.r.m.inflight); n != burst {
-		t.Errorf("inflight gauge = %v, want %d", n, burst)
+	if n := inFlight(g.r); n != burst {
+		t.Errorf("%d assignments in flight in the ledger, want %d", n, burst)
 	}
 	for _, d := range decisions {
 		wg.Go(func() { g.r.Done(d, Outcome{End: EndAborted}) })
@@ -130,8 +124,8 @@ func TestReservationBurst(t *testing.T) {
 			t.Errorf("%s still loaded after Done: %+v", c.Worker, c)
 		}
 	}
-	if n := testutil.ToFloat64(g.r.m.inflight); n != 0 {
-		t.Errorf("inflight gauge = %v after Done", n)
+	if n := inFlight(g.r); n != 0 {
+		t.Errorf("%d assignments in flight after Done", n)
 	}
 }
 
@@ -187,17 +181,17 @@ func TestTieBreak(t *testing.T) {
 			name: "near-equal: fewer in flight beats slightly faster",
 			setup: func(g *rig, ids []uint32) {
 				// w0 holds 32 more tokens (≈2 ms faster) but decodes one request.
-				g.index.store("w0", CacheKey{Model: "m"}, ids, 64, 16, false)
-				g.index.store("w1", CacheKey{Model: "m"}, ids, 32, 16, false)
-				g.load.reports["w0"] = LoadReport{Running: 1, Scraped: g.clock.Now()}
+				g.index.store("w0", kvindex.ChainKey{Model: "m"}, ids, 64, 16, false)
+				g.index.store("w1", kvindex.ChainKey{Model: "m"}, ids, 32, 16, false)
+				g.load.reports["w0"] = loadReport{Running: 1, Scraped: g.clock.Now()}
 			},
 			want: "w1", reason: "2 candidates within",
 		},
 		{
 			name: "clearly better wins despite load",
 			setup: func(g *rig, ids []uint32) {
-				g.index.store("w0", CacheKey{Model: "m"}, ids, 1024, 16, false)
-				g.load.reports["w0"] = LoadReport{Running: 1, Scraped: g.clock.Now()}
+				g.index.store("w0", kvindex.ChainKey{Model: "m"}, ids, 1024, 16, false)
+				g.load.reports["w0"] = loadReport{Running: 1, Scraped: g.clock.Now()}
 			},
 			want: "w0", reason: "lowest predicted TTFT",
 		},
@@ -205,7 +199,7 @@ func TestTieBreak(t *testing.T) {
 			name: "new prefix: 30% slower but idle takes it, spreading prefixes",
 			setup: func(g *rig, ids []uint32) {
 				slow(g, "w1", 1.3)
-				g.load.reports["w0"] = LoadReport{Running: 1, Scraped: g.clock.Now()}
+				g.load.reports["w0"] = loadReport{Running: 1, Scraped: g.clock.Now()}
 			},
 			want: "w1", reason: "prefix cached nowhere: 2 candidates",
 		},
@@ -213,7 +207,7 @@ func TestTieBreak(t *testing.T) {
 			name: "new prefix: 2x slower is not near-equal",
 			setup: func(g *rig, ids []uint32) {
 				slow(g, "w1", 2)
-				g.load.reports["w0"] = LoadReport{Running: 1, Scraped: g.clock.Now()}
+				g.load.reports["w0"] = loadReport{Running: 1, Scraped: g.clock.Now()}
 			},
 			want: "w0", reason: "lowest predicted TTFT",
 		},
@@ -240,7 +234,7 @@ func TestTieBreak(t *testing.T) {
 func slow(g *rig, worker string, f float64) {
 	g.r.mu.Lock()
 	defer g.r.mu.Unlock()
-	st := g.r.state(worker)
+	st := g.r.learn.worker(worker)
 	for i := range st.cal.theta {
 		st.cal.theta[i] = f
 	}
@@ -323,19 +317,19 @@ func TestPredictIsReadOnly(t *testing.T) {
 	ws := pool(2)
 	body := []byte(strings.Repeat("abcdefgh", 256))
 	for range 3 {
-		if _, err := g.r.Predict(t.Context(), &Request{Model: "m", Body: body, TokenIDs: prompt(1, 0, 512)}, ws); err != nil {
+		if _, err := g.r.Predict(t.Context(), &Request{API: APIChat, Model: "m", Prompt: body, Body: body, TokenIDs: prompt(1, 0, 512)}, ws); err != nil {
 			t.Fatal(err)
 		}
 	}
-	d, err := g.r.Predict(t.Context(), &Request{Model: "m", Body: body}, ws)
+	d, err := g.r.Predict(t.Context(), &Request{API: APIChat, Model: "m", Prompt: body, Body: body}, ws)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.Mode != ModeLoadOnly || d.Candidates[0].InFlight != 0 || d.Candidates[1].InFlight != 0 {
 		t.Errorf("Predict left state: mode %s, candidates %+v", d.Mode, d.Candidates)
 	}
-	if len(g.index.specs) != 0 || testutil.CollectAndCount(g.r.m.decisions) != 0 {
-		t.Errorf("Predict speculated %d times or counted decisions", len(g.index.specs))
+	if len(g.index.specs) != 0 || inFlight(g.r) != 0 || testutil.CollectAndCount(g.r.m.shadowRegret) != 0 {
+		t.Errorf("Predict speculated %d times, reserved or counted", len(g.index.specs))
 	}
 	g.r.Done(d, Outcome{End: EndCompleted, TTFT: time.Second})
 	if n := testutil.ToFloat64(g.r.m.unknownDone); n != 1 {
@@ -355,8 +349,8 @@ func TestDoneOnce(t *testing.T) {
 	if n := testutil.ToFloat64(g.r.m.unknownDone); n != 1 {
 		t.Errorf("unknown_done_total = %v, want 1", n)
 	}
-	if n := testutil.ToFloat64(g.r.m.outcomes.WithLabelValues(string(EndCompleted))); n != 1 {
-		t.Errorf("outcomes_total{completed} = %v, want 1", n)
+	if m := g.r.Model("w0"); m == DefaultConfig().Prior && g.r.Model("w1") == DefaultConfig().Prior {
+		t.Error("the first Done did not calibrate")
 	}
 }
 
@@ -399,7 +393,7 @@ func TestCachedGap(t *testing.T) {
 	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
 	ws := pool(1)
 	ids := prompt(5, 1024, 1024)
-	g.index.store("w0", CacheKey{Model: "m"}, ids, 1024, 16, false)
+	g.index.store("w0", kvindex.ChainKey{Model: "m"}, ids, 1024, 16, false)
 	run := func(n, actual int) {
 		for range n {
 			d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: ids}, ws)
@@ -436,7 +430,7 @@ func TestLoadReports(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name        string
-		reports     map[string]LoadReport
+		reports     map[string]loadReport
 		age         time.Duration
 		wantAhead   []int
 		wantKV      []float64
@@ -444,13 +438,13 @@ func TestLoadReports(t *testing.T) {
 		wantMissing float64
 		wantStale   float64
 	}{
-		{name: "fresh waiting adds work ahead", reports: map[string]LoadReport{"w0": {Waiting: 3, HasKVUsage: true, KVUsage: 0.2}, "w1": {}},
+		{name: "fresh waiting adds work ahead", reports: map[string]loadReport{"w0": {Waiting: 3, HasKVUsage: true, KVUsage: 0.2}, "w1": {}},
 			wantAhead: []int{1536, 0}, wantKV: []float64{0.2, -1}},
-		{name: "stale report is ignored", reports: map[string]LoadReport{"w0": {Waiting: 3}, "w1": {Waiting: 3}}, age: time.Minute,
+		{name: "stale report is ignored", reports: map[string]loadReport{"w0": {Waiting: 3}, "w1": {Waiting: 3}}, age: time.Minute,
 			wantAhead: []int{0, 0}, wantKV: []float64{-1, -1}, wantStale: 2},
-		{name: "missing report is neither load nor empty cache", reports: map[string]LoadReport{"w1": {HasKVUsage: true, KVUsage: 0.99}},
+		{name: "missing report is neither load nor empty cache", reports: map[string]loadReport{"w1": {HasKVUsage: true, KVUsage: 0.99}},
 			wantAhead: []int{0, 0}, wantKV: []float64{-1, 0.99}, equalW0W1: true, wantMissing: 1},
-		{name: "missing usage is priced as the pool's", reports: map[string]LoadReport{"w0": {}, "w1": {HasKVUsage: true, KVUsage: 0.99}},
+		{name: "missing usage is priced as the pool's", reports: map[string]loadReport{"w0": {}, "w1": {HasKVUsage: true, KVUsage: 0.99}},
 			wantAhead: []int{0, 0}, wantKV: []float64{-1, 0.99}, equalW0W1: true},
 	}
 	for _, tt := range tests {
@@ -489,8 +483,8 @@ func TestLoadReports(t *testing.T) {
 func TestKVPressure(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
-	g.load.reports["w0"] = LoadReport{HasKVUsage: true, KVUsage: 0.99, Scraped: g.clock.Now()}
-	g.load.reports["w1"] = LoadReport{HasKVUsage: true, KVUsage: 0.5, Scraped: g.clock.Now()}
+	g.load.reports["w0"] = loadReport{HasKVUsage: true, KVUsage: 0.99, Scraped: g.clock.Now()}
+	g.load.reports["w1"] = loadReport{HasKVUsage: true, KVUsage: 0.5, Scraped: g.clock.Now()}
 	d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 4000)}, pool(2))
 	if err != nil {
 		t.Fatal(err)
@@ -507,7 +501,7 @@ func TestOffloadedCachedTokens(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
 	ids := prompt(2, 4096, 4096)
-	key := CacheKey{Model: "m"}
+	key := kvindex.ChainKey{Model: "m"}
 	g.index.store("w0", key, ids, 4000, 16, false)
 	g.index.store("w1", key, ids, 1024, 16, false)
 	g.index.store("w1", key, ids, 4000, 16, true)
@@ -688,15 +682,12 @@ func TestToldMode(t *testing.T) {
 func TestTokenizerReturnsNothing(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, PolicyWarmpath, DefaultConfig(), &fakeTokens{path: "local"})
-	d, err := g.r.Pick(t.Context(), &Request{Model: "m", Body: []byte("{}")}, pool(2))
+	d, err := g.r.Pick(t.Context(), &Request{API: APIChat, Model: "m", Prompt: []byte("{}"), Body: []byte("{}")}, pool(2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.Mode != ModeLoadOnly || d.TokenizePath != "none" || d.TokenizeReason != "tokenizer returned no token ids" {
 		t.Errorf("mode %s path %s reason %q", d.Mode, d.TokenizePath, d.TokenizeReason)
-	}
-	if n := testutil.ToFloat64(g.r.m.tokenizeErrors); n != 1 {
-		t.Errorf("tokenize failures %v", n)
 	}
 }
 
@@ -728,7 +719,7 @@ func TestKVAdmissionWait(t *testing.T) {
 				d, _ := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(i+1, 0, 4096), Stream: true}, ws)
 				g.r.FirstToken(d)
 			}
-			g.load.reports["w0"] = LoadReport{Running: 4, KVBlocks: tt.capacity, Scraped: g.clock.Now()}
+			g.load.reports["w0"] = loadReport{Running: 4, KVBlocks: tt.capacity, Scraped: g.clock.Now()}
 			p, _ := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(9, 0, 4096)}, ws)
 			q := p.Chosen.QueueWait
 			if tt.wantWait && (q < time.Second || q > 3*time.Second) {
@@ -783,7 +774,7 @@ func TestScrapeCountsRecentlyEnded(t *testing.T) {
 	}
 	g.clock.Advance(100 * time.Millisecond)
 	// The engine runs the three and, unknown to warmpath, one more.
-	g.load.reports["w0"] = LoadReport{Running: 4, Scraped: g.clock.Now()}
+	g.load.reports["w0"] = loadReport{Running: 4, Scraped: g.clock.Now()}
 	g.clock.Advance(100 * time.Millisecond)
 	for _, d := range ds[:2] {
 		g.r.Done(d, Outcome{End: EndCompleted, TTFT: 50 * time.Millisecond, Duration: 200 * time.Millisecond,
@@ -798,7 +789,7 @@ func TestScrapeCountsRecentlyEnded(t *testing.T) {
 		t.Errorf("decoding %d, in flight %d; want 2 and 1 (the ended ones are not another client's load)", c.Decoding, c.InFlight)
 	}
 	// A scrape taken after they ended does not count them.
-	g.load.reports["w0"] = LoadReport{Running: 2, Scraped: g.clock.Now()}
+	g.load.reports["w0"] = loadReport{Running: 2, Scraped: g.clock.Now()}
 	if d, err = g.r.Predict(t.Context(), req, ws); err != nil {
 		t.Fatal(err)
 	}
@@ -857,4 +848,13 @@ func TestIdleWorkerRelaxes(t *testing.T) {
 	if got := run(200, 1); got["w0"] < 60 {
 		t.Errorf("w0, fast again and measured, got %d of 200 requests; want a fair share", got["w0"])
 	}
+}
+
+// inFlight is the number of assignments in r's ledger.
+func inFlight(r *Router) int {
+	n := 0
+	for _, k := range r.InFlight() {
+		n += k
+	}
+	return n
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/warmpath/warmpath/discovery"
+	"github.com/warmpath/warmpath/kvindex"
 )
 
 // This file holds a small discrete-event engine simulation, enough to close
@@ -63,7 +64,7 @@ type sim struct {
 	pool  Workers
 	g     *rig
 	bs    int
-	key   CacheKey
+	key   kvindex.ChainKey
 	stats simStats
 	// warmTime is when measurement starts; requests decided before it
 	// only warm the router up.
@@ -78,7 +79,7 @@ type simStats struct {
 }
 
 func newSim(t *testing.T, g *rig, engines []engine, capBlocks int) *sim {
-	s := &sim{base: g.clock.Now(), g: g, bs: 16, key: CacheKey{Model: "m"}}
+	s := &sim{base: g.clock.Now(), g: g, bs: 16, key: kvindex.ChainKey{Model: "m"}}
 	for i, e := range engines {
 		name := fmt.Sprintf("w%d", i)
 		s.ws = append(s.ws, &simWorker{name: name, eng: e, maxSeqs: 256, capBlocks: capBlocks,
@@ -99,7 +100,7 @@ func (s *sim) arrive(t *testing.T, q *simReq) {
 	s.setClock()
 	if s.scrape {
 		for _, w := range s.ws {
-			s.g.load.reports[w.name] = LoadReport{Running: len(w.running), Waiting: len(w.waiting),
+			s.g.load.reports[w.name] = loadReport{Running: len(w.running), Waiting: len(w.waiting),
 				KVUsage: float64(w.held) / float64(w.capBlocks), HasKVUsage: true, KVBlocks: w.capBlocks, Scraped: s.g.clock.Now()}
 		}
 	}

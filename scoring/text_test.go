@@ -1,6 +1,7 @@
 package scoring
 
 import (
+	"github.com/warmpath/warmpath/kvindex"
 	"hash/maphash"
 	"math"
 	"strings"
@@ -10,7 +11,7 @@ import (
 func TestTextChain(t *testing.T) {
 	t.Parallel()
 	seed := maphash.MakeSeed()
-	key := CacheKey{Model: "m"}
+	key := kvindex.ChainKey{Model: "m"}
 	a := []byte(strings.Repeat("a", 64) + strings.Repeat("b", 64) + "tail")
 	b := []byte(strings.Repeat("a", 64) + strings.Repeat("c", 64))
 	ca := textChain(seed, key, a, 64, nil)
@@ -26,7 +27,7 @@ func TestTextChain(t *testing.T) {
 	if cc := textChain(seed, key, c, 64, nil); cc[1] == ca[1] {
 		t.Error("chunk hash does not depend on its prefix")
 	}
-	if cs := textChain(seed, CacheKey{Model: "m", Salt: "s"}, a, 64, nil); cs[0] == ca[0] {
+	if cs := textChain(seed, kvindex.ChainKey{Model: "m", Salt: "s"}, a, 64, nil); cs[0] == ca[0] {
 		t.Error("chunk hash does not depend on the cache salt")
 	}
 	if n := len(textChain(seed, key, []byte("short"), 64, nil)); n != 0 {
@@ -117,7 +118,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "defaults", tweak: func(*Config) {}},
 		{name: "shadow known", tweak: func(c *Config) { c.Shadow = PolicyNames() }},
 		{name: "shadow unknown", tweak: func(c *Config) { c.Shadow = []string{"oracle"} }, want: "shadow"},
-		{name: "block size", tweak: func(c *Config) { c.BlockSizes = map[string]int{"m": 0} }, want: "block_sizes[m]"},
+		{name: "block size", tweak: func(c *Config) { c.BlockSizes = map[string]int{"m": 0} }, want: "block size of model m"},
 		{name: "prior negative", tweak: func(c *Config) { c.Prior.DecodePerSeq = -1 }, want: "prior: parameter 2"},
 		{name: "prior NaN", tweak: func(c *Config) { c.Prior.StepOverhead = math.NaN() }, want: "prior: parameter 0"},
 		{name: "prefill zero", tweak: func(c *Config) { c.Prior.PrefillPerToken = 0 }, want: "prefill_seconds_per_token"},

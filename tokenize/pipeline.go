@@ -101,6 +101,43 @@ func NewPipeline(model, dir string, cacheBytes int, m *PipelineMetrics, remote .
 	return p, nil
 }
 
+// Pipelines are the pipelines of every served model, by name. A model
+// that has none (one discovery found but the configuration does not list)
+// gets a remote-only pipeline on first use. Pipelines is safe for
+// concurrent use.
+type Pipelines struct {
+	m *PipelineMetrics
+
+	mu      sync.Mutex
+	byModel map[string]*Pipeline
+}
+
+// NewPipelines returns a set holding ps, which must have distinct models;
+// pipelines created later count into m, which may be nil.
+func NewPipelines(m *PipelineMetrics, ps ...*Pipeline) *Pipelines {
+	set := &Pipelines{m: m, byModel: make(map[string]*Pipeline, len(ps))}
+	for _, p := range ps {
+		set.byModel[p.model] = p
+	}
+	return set
+}
+
+// Tokenize is [Pipeline.Tokenize] on the pipeline of model.
+func (s *Pipelines) Tokenize(ctx context.Context, model string, kind Kind, body []byte, remoteBase string) ([]uint32, string, error) {
+	return s.pipeline(model).Tokenize(ctx, kind, body, remoteBase)
+}
+
+func (s *Pipelines) pipeline(model string) *Pipeline {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.byModel[model]
+	if p == nil {
+		p, _ = NewPipeline(model, "", 0, s.m) // remote only: cannot fail
+		s.byModel[model] = p
+	}
+	return p
+}
+
 // Local reports whether the pipeline has a local tokenizer.
 func (p *Pipeline) Local() bool { return p.tok != nil }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warmpath/warmpath/discovery"
+	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/scoring"
 )
@@ -18,13 +19,13 @@ import (
 // fixedLoad reports the same engine gauges for every worker, scraped at
 // the time held in at.
 type fixedLoad struct {
-	reports map[string]scoring.LoadReport
+	reports map[string]discovery.EngineLoad
 	at      *time.Time
 }
 
-func (l fixedLoad) Load(worker string) (scoring.LoadReport, bool) {
+func (l fixedLoad) Load(worker string) (discovery.EngineLoad, bool) {
 	r, ok := l.reports[worker]
-	r.Scraped = *l.at
+	r.ScrapedAt = *l.at
 	return r, ok
 }
 
@@ -40,11 +41,12 @@ func (l fixedLoad) Load(worker string) (scoring.LoadReport, bool) {
 func BenchmarkDecisionRealIndex(b *testing.B) {
 	ix := kvindex.New()
 	ws := make([]discovery.Worker, 16)
-	load := fixedLoad{reports: map[string]scoring.LoadReport{}, at: new(time.Time)}
+	load := fixedLoad{reports: map[string]discovery.EngineLoad{}, at: new(time.Time)}
 	rng := rand.New(rand.NewPCG(1, 1))
 	for i := range ws {
 		ws[i] = discovery.Worker{Name: fmt.Sprintf("w%d", i), Address: fmt.Sprintf("10.0.0.%d:8000", i+1), Models: []string{"m"}}
-		load.reports[ws[i].Name] = scoring.LoadReport{Running: rng.IntN(8), Waiting: rng.IntN(3), HasKVUsage: true, KVUsage: 0.5 * rng.Float64()}
+		load.reports[ws[i].Name] = discovery.EngineLoad{EngineMetrics: discovery.EngineMetrics{
+			Running: rng.IntN(8), Waiting: rng.IntN(3), HasKVCacheUsage: true, KVCacheUsage: 0.5 * rng.Float64()}}
 	}
 	prompts := make([][]uint32, 256)
 	for i := range prompts {
@@ -69,9 +71,8 @@ func BenchmarkDecisionRealIndex(b *testing.B) {
 	}
 	now := time.Unix(1_000_000, 0)
 	*load.at = now
-	r, err := scoring.New(scoring.PolicyWarmpath, scoring.DefaultConfig(),
-		scoring.Deps{Index: newPrefixIndex(ix), Load: load, Registerer: prometheus.NewRegistry()},
-		scoring.WithClock(func() time.Time { return now }))
+	r, err := scoring.New(scoring.PolicyWarmpath, scoring.DefaultConfig(), scoring.Sources{Index: ix, Load: load},
+		component.Options{Registerer: prometheus.NewRegistry(), Clock: func() time.Time { return now }})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/warmpath/warmpath/extproc"
+	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/scoring"
 )
 
@@ -56,7 +57,7 @@ func TestServeEmbeddedRefusesBadInput(t *testing.T) {
 		{"nil picker", func(ctx context.Context) error { return ServeWithPicker(ctx, good, nil, io.Discard, io.Discard) }},
 		{"nil wrap", func(ctx context.Context) error { return ServeWrapped(ctx, good, nil, io.Discard, io.Discard) }},
 		{"invalid config", func(ctx context.Context) error {
-			rr, err := scoring.New("round-robin", scoring.DefaultConfig(), scoring.Deps{Registerer: prometheus.NewRegistry()})
+			rr, err := scoring.New("round-robin", scoring.DefaultConfig(), scoring.Sources{}, component.Options{Registerer: prometheus.NewRegistry()})
 			if err != nil {
 				return nil // the case would pass for the wrong reason
 			}

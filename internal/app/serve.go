@@ -23,6 +23,7 @@ import (
 
 	"github.com/warmpath/warmpath/discovery"
 	"github.com/warmpath/warmpath/extproc"
+	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/scoring"
 	"github.com/warmpath/warmpath/telemetry"
@@ -67,17 +68,12 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	if err != nil {
 		return fmt.Errorf("discovery: %w", err)
 	}
-	tokens, err := newTokenSource(cfg, pool, reg)
+	tokens, err := newPipelines(cfg, reg)
 	if err != nil {
 		return err
 	}
-	router, err := scoring.New(cfg.Policy, cfg.scoringConfig(), scoring.Deps{
-		Tokens:     tokens,
-		Index:      newPrefixIndex(index),
-		Load:       engineLoad{scraper},
-		Registerer: reg,
-		Logger:     log.With("component", "scoring"),
-	})
+	router, err := scoring.New(cfg.Policy, cfg.scoringConfig(), scoring.Sources{Tokens: tokens, Index: index, Load: scraper},
+		component.Options{Logger: log.With("component", "scoring"), Registerer: reg})
 	if err != nil {
 		return fmt.Errorf("scoring: %w", err)
 	}
@@ -90,8 +86,11 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		log.Warn("tenant identity is taken from a request header; anyone who can set that header before Envoy can claim any tenant",
 			"header", cfg.Tenant.Header)
 	}
-	proc := extproc.New(extprocConfig(cfg), pool, eo.picker(router), reg, log, extproc.WithHealth(pool),
-		extproc.WithTracing(tp, cfg.Telemetry.CapturePrompts), extproc.WithTenant(tenantConfig(cfg.Tenant)))
+	proc, err := extproc.New(extprocConfig(cfg), pool, eo.picker(router), component.Options{Logger: log, Registerer: reg},
+		extproc.WithHealth(pool), extproc.WithTracing(tp, cfg.Telemetry.CapturePrompts), extproc.WithTenant(tenantConfig(cfg.Tenant)))
+	if err != nil {
+		return fmt.Errorf("extproc: %w", err)
+	}
 
 	gs := grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.ExtProc.MaxRecvMsgBytes),
@@ -123,7 +122,7 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		return !stopping.Load() && pool.ReadyWhere(func(w discovery.Worker) bool { return w.KVEvents == "" || index.CaughtUp(w.Name) })
 	}
 	status := func() any {
-		return map[string]any{"workers": discovery.Status(pool, scraper, guard), "index": index.DebugWorkers(), "in_flight": proc.InFlightByWorker()}
+		return map[string]any{"workers": discovery.Status(pool, scraper, guard), "index": index.DebugWorkers(), "in_flight": router.InFlight()}
 	}
 	admin := &http.Server{
 		Handler:           newAdminHandler(reg, ready, pool, router, status),
@@ -143,7 +142,6 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		}
 		return nil
 	})
-	g.Go(func() error { return proc.Run(gctx) })
 	g.Go(func() error { return subs.Run(gctx) })
 	g.Go(func() error { return pool.Run(gctx) })
 	g.Go(func() error { return scraper.Run(gctx) })
@@ -327,21 +325,21 @@ func newPool(cfg Config, opts []discovery.Option) (*discovery.Pool, error) {
 	return p, nil
 }
 
-// newTokenSource builds one tokenization pipeline per served model: local
+// newPipelines builds one tokenization pipeline per served model: local
 // when the model names a tokenizer directory, the workers' /tokenize
 // otherwise.
-func newTokenSource(cfg Config, pool extproc.Pool, reg prometheus.Registerer) (*tokenSource, error) {
+func newPipelines(cfg Config, reg prometheus.Registerer) (*tokenize.Pipelines, error) {
 	m, err := tokenize.NewPipelineMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
-	ts := &tokenSource{pipes: map[string]*tokenize.Pipeline{}, pool: pool, metrics: m}
+	var ps []*tokenize.Pipeline
 	for _, mc := range cfg.Models {
 		p, err := tokenize.NewPipeline(mc.Name, mc.Tokenizer, mc.TokenizerCacheMiB<<20, m)
 		if err != nil {
 			return nil, fmt.Errorf("tokenizer: %w", err)
 		}
-		ts.pipes[mc.Name] = p
+		ps = append(ps, p)
 	}
-	return ts, nil
+	return tokenize.NewPipelines(m, ps...), nil
 }

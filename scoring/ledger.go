@@ -3,13 +3,94 @@ package scoring
 import (
 	"slices"
 	"time"
+
+	"github.com/warmpath/warmpath/discovery"
 )
+
+// The ledger room: the one record of what warmpath has in flight. Every
+// decision Pick commits is an assignment here from its reservation to its
+// Done; a worker's load, as the TTFT model sees it, is this ledger
+// reconciled with the worker's last scrape. The ledger is guarded by the
+// router's mutex.
+
+// ledger holds the live assignments and, per worker, those in flight and
+// those recently ended.
+type ledger struct {
+	// told is set once the caller reports first tokens (FirstToken).
+	told    bool
+	workers map[string]*workerLedger
+	live    map[*Decision]*assignment
+}
+
+func newLedger() ledger {
+	return ledger{workers: make(map[string]*workerLedger), live: make(map[*Decision]*assignment)}
+}
+
+// worker returns the ledger of worker, creating it.
+func (l *ledger) worker(name string) *workerLedger {
+	w, ok := l.workers[name]
+	if !ok {
+		w = &workerLedger{}
+		l.workers[name] = w
+	}
+	return w
+}
+
+// reserve records a as in flight for d.
+func (l *ledger) reserve(d *Decision, a *assignment) {
+	a.ledger.inflight = append(a.ledger.inflight, a)
+	l.live[d] = a
+}
+
+// end removes d's assignment at now and returns it, or false when d is not
+// live (already ended, or not from this router).
+func (l *ledger) end(d *Decision, now time.Time) (*assignment, bool) {
+	a, ok := l.live[d]
+	if !ok {
+		return nil, false
+	}
+	delete(l.live, d)
+	a.ledger.remove(a, now)
+	a.ledger.pruneEnded(a.ledger.lastScrape)
+	return a, true
+}
+
+// firstToken records that d's request produced its first token at now.
+func (l *ledger) firstToken(d *Decision, now time.Time) {
+	l.told = true
+	if a, ok := l.live[d]; ok {
+		a.firstSeen, a.firstAt = true, now
+		a.ledger.lastFirst = now
+	}
+}
+
+// forget drops worker's ledger unless it has assignments in flight, and
+// reports whether it did.
+func (l *ledger) forget(worker string) bool {
+	if w, ok := l.workers[worker]; ok && len(w.inflight) > 0 {
+		return false
+	}
+	delete(l.workers, worker)
+	return true
+}
+
+// inFlight returns the number of assignments in flight per worker, for
+// workers with any.
+func (l *ledger) inFlight() map[string]int {
+	out := make(map[string]int)
+	for name, w := range l.workers {
+		if n := len(w.inflight); n > 0 {
+			out[name] = n
+		}
+	}
+	return out
+}
 
 // assignment is one routed request from its decision to its Done: the load
 // it reserves on its worker and what was predicted for it.
 type assignment struct {
 	worker  string
-	state   *workerState
+	ledger  *workerLedger
 	decided time.Time
 	// prompt and uncached are in tokens; blocks is the KV blocks the
 	// request occupies (prompt only).
@@ -84,32 +165,30 @@ type ledgerLoad struct {
 	kvUsage float64
 }
 
-// workerState is everything the router keeps per worker. It is guarded by
-// the router's mutex.
-type workerState struct {
+// workerLedger is one worker's part of the ledger.
+type workerLedger struct {
 	inflight []*assignment
-	cal      *calibrator
-	// avgUncached and avgPrompt are running means over outcomes, used to
-	// price requests that only a scrape shows.
-	avgUncached float64
-	avgPrompt   float64
-	gap         gapTracker
-	text        *textHistory
 	// lastFirst is when the worker last reported a first token: the
 	// prefill work still pending started no earlier.
 	lastFirst time.Time
-	// lastOutcome is when the worker's last outcome was learned and
-	// lastRelax when its calibration was last relaxed for idleness.
-	lastOutcome, lastRelax time.Time
-	// avgDecode is the mean time from first token to end and avgOut the
-	// mean completion tokens, over outcomes; 0 until one is seen.
-	avgDecode float64
-	avgOut    float64
+	// lastScrape is the newest fresh scrape of the worker seen: ended
+	// assignments no later scrape can count are dropped against it.
+	lastScrape time.Time
 	// ended holds the assignments that ended recently, oldest first: a
 	// scrape taken before they ended still counts them, and without them
 	// the reconciliation would take those for requests warmpath did not
-	// route. Entries older than any fresh scrape are dropped.
+	// route.
 	ended []endedAssignment
+}
+
+// typical is what a worker's outcomes taught about its typical request,
+// to price the requests only a scrape shows and the blocks they free: its
+// mean uncached and prompt tokens, its mean time from first token to end
+// (seconds) and its mean completion tokens; the last two are 0 until an
+// outcome is seen.
+type typical struct {
+	uncached, prompt float64
+	decode, out      float64
 }
 
 // endedAssignment is what the scrape reconciliation needs of an
@@ -121,7 +200,7 @@ type endedAssignment struct {
 	first time.Time
 }
 
-// maxEnded bounds workerState.ended: a worker ending more requests than
+// maxEnded bounds workerLedger.ended: a worker ending more requests than
 // this within one scrape's age undercounts the reconciliation, never more.
 const maxEnded = 4096
 
@@ -129,10 +208,10 @@ const maxEnded = 4096
 // admission on an engine of capacity blocks: blocks are held by the
 // in-flight requests (their own blocks plus the largest shared prefix,
 // or what the scrape shows if more) and come free as decoding requests
-// end, each expected avgDecode after its first token. It is 0 when the
+// end, each expected typ.decode after its first token. It is 0 when the
 // capacity or the decode time is unknown, or the request fits.
-func (s *workerState) kvWait(now time.Time, capacity, need int, usage float64, blockSize int, told bool) time.Duration {
-	if capacity <= 0 || s.avgDecode <= 0 || len(s.inflight) == 0 {
+func (s *workerLedger) kvWait(now time.Time, capacity, need int, usage float64, blockSize int, told bool, typ typical) time.Duration {
+	if capacity <= 0 || typ.decode <= 0 || len(s.inflight) == 0 {
 		return 0
 	}
 	held, shared := 0, 0
@@ -153,7 +232,7 @@ func (s *workerState) kvWait(now time.Time, capacity, need int, usage float64, b
 		blocks int
 	}
 	var ends []ending
-	decode := time.Duration(s.avgDecode * float64(time.Second))
+	decode := time.Duration(typ.decode * float64(time.Second))
 	for _, a := range s.inflight {
 		first := a.first
 		if a.firstSeen {
@@ -175,12 +254,10 @@ func (s *workerState) kvWait(now time.Time, capacity, need int, usage float64, b
 	return max(at.Sub(now), 0)
 }
 
-func (s *workerState) add(a *assignment) { s.inflight = append(s.inflight, a) }
-
 // remove deletes a, which ended at now, keeping the others in decision
 // (FIFO) order, and remembers it for the reconciliation of scrapes taken
 // before now.
-func (s *workerState) remove(a *assignment, now time.Time) {
+func (s *workerLedger) remove(a *assignment, now time.Time) {
 	for i, b := range s.inflight {
 		if b == a {
 			copy(s.inflight[i:], s.inflight[i+1:])
@@ -202,7 +279,7 @@ func (s *workerState) remove(a *assignment, now time.Time) {
 
 // pruneEnded drops the ended assignments that no scrape taken at or after
 // since can have seen.
-func (s *workerState) pruneEnded(since time.Time) {
+func (s *workerLedger) pruneEnded(since time.Time) {
 	i := 0
 	for i < len(s.ended) && !s.ended[i].ended.After(since) {
 		i++
@@ -224,7 +301,7 @@ func (s *workerState) pruneEnded(since time.Time) {
 // oldest pending decision, progressing at the worker's calibrated
 // prefillPerToken; until the next first token confirms progress at least a
 // quarter of a step's worth of it is taken to remain.
-func (s *workerState) load(now time.Time, r LoadReport, fresh bool, blockSize int, told bool, prefillPerToken, budget float64) ledgerLoad {
+func (s *workerLedger) load(now time.Time, r discovery.EngineLoad, fresh bool, blockSize int, told bool, prefillPerToken, budget float64, typ typical) ledgerLoad {
 	l := ledgerLoad{inflight: len(s.inflight), kvUsage: -1}
 	var runningAt, waitingAt int
 	var streamStart time.Time
@@ -246,8 +323,8 @@ func (s *workerState) load(now time.Time, r LoadReport, fresh bool, blockSize in
 			l.pendingUncached += a.uncached
 		}
 		l.blocks += a.blocks
-		if fresh && !a.decided.After(r.Scraped) {
-			if a.start.After(r.Scraped) && !a.firstSeen {
+		if fresh && !a.decided.After(r.ScrapedAt) {
+			if a.start.After(r.ScrapedAt) && !a.firstSeen {
 				waitingAt++
 			} else {
 				runningAt++
@@ -266,30 +343,33 @@ func (s *workerState) load(now time.Time, r LoadReport, fresh bool, blockSize in
 	}
 	// Assignments that ended after the scrape were still in the engine
 	// when it was taken.
-	s.pruneEnded(r.Scraped)
+	if r.ScrapedAt.After(s.lastScrape) {
+		s.lastScrape = r.ScrapedAt
+	}
+	s.pruneEnded(r.ScrapedAt)
 	for _, e := range s.ended {
-		if e.decided.After(r.Scraped) {
+		if e.decided.After(r.ScrapedAt) {
 			continue
 		}
-		if e.start.After(r.Scraped) && e.first.After(r.Scraped) {
+		if e.start.After(r.ScrapedAt) && e.first.After(r.ScrapedAt) {
 			waitingAt++
 		} else {
 			runningAt++
 		}
 	}
-	if r.HasKVUsage {
-		l.kvUsage = r.KVUsage
+	if r.HasKVCacheUsage {
+		l.kvUsage = r.KVCacheUsage
 	}
 	extra := max(0, r.Running+r.Waiting-runningAt-waitingAt)
 	extraWaiting := min(extra, max(0, r.Waiting-waitingAt))
 	extraRunning := extra - extraWaiting
 	l.extra = extra
-	l.ahead += float64(extraWaiting) * s.avgUncached
+	l.ahead += float64(extraWaiting) * typ.uncached
 	l.aheadReqs += float64(extraWaiting)
-	l.aheadCtx += float64(extraWaiting) * s.avgPrompt
-	l.pendingUncached += float64(extraWaiting) * s.avgUncached
+	l.aheadCtx += float64(extraWaiting) * typ.prompt
+	l.pendingUncached += float64(extraWaiting) * typ.uncached
 	l.decoding += float64(extraRunning)
-	l.decodeCtx += float64(extraRunning) * s.avgPrompt
-	l.blocks += extra * int(s.avgPrompt) / blockSize
+	l.decodeCtx += float64(extraRunning) * typ.prompt
+	l.blocks += extra * int(typ.prompt) / blockSize
 	return l
 }

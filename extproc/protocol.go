@@ -1,0 +1,360 @@
+package extproc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/warmpath/warmpath/scoring"
+)
+
+// The protocol room: what Envoy may send when, and what warmpath owes it in
+// return, for every body mode. It decides nothing about routing: when the
+// routing reply is due it asks the routing room (route.go) for the
+// decision, and it hands response chunks to the routing room's watcher.
+
+// protocolError is a message Envoy should not have sent at this point of
+// the exchange. It ends the stream with a gRPC error, never a panic.
+type protocolError struct{ msg string }
+
+func (e *protocolError) Error() string { return "ext_proc protocol: " + e.msg }
+
+func outOfOrder(got, state string) error {
+	return &protocolError{fmt.Sprintf("%s received %s", got, state)}
+}
+
+// Body modes, shortened.
+const (
+	modeNone       = filterv3.ProcessingMode_NONE
+	modeStreamed   = filterv3.ProcessingMode_STREAMED
+	modeBuffered   = filterv3.ProcessingMode_BUFFERED
+	modePartial    = filterv3.ProcessingMode_BUFFERED_PARTIAL
+	modeFullDuplex = filterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+)
+
+// exchange is the state of one ext_proc stream, owned by its loop
+// (Server.Process): the protocol state, the routing state, the
+// request-scoped logger and the spans.
+type exchange struct {
+	stream extprocv3.ExternalProcessor_ProcessServer
+	// log carries the request id once the request headers are in.
+	log   *slog.Logger
+	proto protocol
+	route routing
+	trace *requestTrace // nil when tracing is off
+}
+
+// protocol is what Envoy has sent so far and what warmpath owes it.
+type protocol struct {
+	modesKnown     bool
+	reqMode        filterv3.ProcessingMode_BodySendMode
+	respMode       filterv3.ProcessingMode_BodySendMode
+	observe        bool // observability mode: Envoy ignores replies
+	gotReqHeaders  bool
+	reqEnded       bool // Envoy's end of the request (headers/body eos or trailers)
+	routed         bool // the routing reply was sent
+	rejected       bool // an ImmediateResponse was sent
+	gotRespHeaders bool
+	respEnded      bool
+	method, path   string
+	body           []byte // the request body held until the routing reply
+}
+
+func (ex *exchange) send(r *extprocv3.ProcessingResponse) error {
+	if ex.proto.observe {
+		return nil
+	}
+	return ex.stream.Send(r)
+}
+
+func (s *Server) handle(ctx context.Context, ex *exchange, r *extprocv3.ProcessingRequest) error {
+	p := &ex.proto
+	if !p.modesKnown {
+		p.modesKnown = true
+		p.reqMode, p.respMode = s.cfg.DefaultRequestMode, s.cfg.DefaultResponseMode
+		if pc := r.GetProtocolConfig(); pc != nil {
+			p.reqMode, p.respMode = pc.GetRequestBodyMode(), pc.GetResponseBodyMode()
+		}
+		p.observe = r.GetObservabilityMode()
+	}
+	if p.rejected {
+		return nil // Envoy is closing the stream after our ImmediateResponse
+	}
+	switch m := r.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		s.identify(ex, r)
+		return s.requestHeaders(ctx, ex, m.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return s.requestBody(ctx, ex, m.RequestBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		return s.requestTrailers(ctx, ex)
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return s.responseHeaders(ex, m.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return s.responseBody(ex, m.ResponseBody)
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return s.responseTrailers(ex)
+	case nil:
+		return nil // a flow-control-only message; nothing to answer
+	default:
+		return &protocolError{fmt.Sprintf("unknown message %T", m)}
+	}
+}
+
+// headerValue reads a header, preferring raw_value as Envoy ≥1.32 sends it.
+func headerValue(h *corev3.HeaderValue) string {
+	if len(h.GetRawValue()) > 0 {
+		return string(h.GetRawValue())
+	}
+	return h.GetValue()
+}
+
+func (s *Server) requestHeaders(ctx context.Context, ex *exchange, h *extprocv3.HttpHeaders) error {
+	p, req := &ex.proto, &ex.route.req
+	if p.gotReqHeaders {
+		return outOfOrder("request_headers", "twice")
+	}
+	p.gotReqHeaders = true
+	req.Arrived = s.now()
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		switch hv.GetKey() {
+		case ":path":
+			p.path = headerValue(hv)
+		case ":method":
+			p.method = headerValue(hv)
+		case "x-request-id":
+			req.ID = headerValue(hv)
+		}
+	}
+	if req.ID == "" {
+		req.ID = newRequestID()
+	}
+	ex.log = s.log.With("request_id", req.ID)
+	req.API = apiOf(p.method, p.path)
+	req.Path = p.path
+	ex.trace = s.tr.start(ctx, h.GetHeaders().GetHeaders(), req, p.method)
+	if h.GetEndOfStream() {
+		p.reqEnded = true
+		return s.routeReply(ctx, ex, false)
+	}
+	switch p.reqMode {
+	case modeFullDuplex:
+		return nil // the reply follows the whole body
+	case modeBuffered, modePartial:
+		return ex.send(requestHeadersReply(nil, nil))
+	default:
+		// STREAMED or NONE: Envoy wants the header reply before any body, so
+		// the body cannot inform the decision. Route on load alone.
+		s.m.bodyHidden.Inc()
+		ex.log.Warn("request body mode hides the body from routing; deciding on load alone", "mode", p.reqMode.String())
+		req.API = scoring.APIOther
+		return s.routeReply(ctx, ex, false)
+	}
+}
+
+func (s *Server) requestBody(ctx context.Context, ex *exchange, b *extprocv3.HttpBody) error {
+	p := &ex.proto
+	if !p.gotReqHeaders {
+		return outOfOrder("request_body", "before request_headers")
+	}
+	if p.reqEnded {
+		return outOfOrder("request_body", "after the end of the request")
+	}
+	if p.routed { // STREAMED/NONE: routed on headers; pass the body through
+		p.reqEnded = b.GetEndOfStream()
+		return ex.send(emptyRequestBody)
+	}
+	if len(p.body)+len(b.GetBody()) > s.cfg.MaxBodyBytes {
+		return s.reject(ex, &rejection{"body_too_large", 413, fmt.Sprintf(
+			"request body exceeds the limit of %d bytes", s.cfg.MaxBodyBytes)})
+	}
+	p.body = append(p.body, b.GetBody()...)
+	switch p.reqMode {
+	case modeBuffered:
+		// One message holds the whole body, even when trailers follow.
+		p.reqEnded = b.GetEndOfStream()
+		return s.routeReply(ctx, ex, true)
+	case modePartial:
+		if !b.GetEndOfStream() {
+			return s.reject(ex, &rejection{"body_too_large", 413, "request body exceeds Envoy's buffer limit"})
+		}
+		p.reqEnded = true
+		return s.routeReply(ctx, ex, true)
+	}
+	if b.GetEndOfStream() {
+		p.reqEnded = true
+		return s.routeReplyFullDuplex(ctx, ex, true)
+	}
+	return nil
+}
+
+func (s *Server) requestTrailers(ctx context.Context, ex *exchange) error {
+	p := &ex.proto
+	if !p.gotReqHeaders {
+		return outOfOrder("request_trailers", "before request_headers")
+	}
+	wasEnded := p.reqEnded
+	p.reqEnded = true
+	if !p.routed && !wasEnded && p.reqMode == modeFullDuplex {
+		if err := s.routeReplyFullDuplex(ctx, ex, false); err != nil || p.rejected {
+			return err
+		}
+	}
+	return ex.send(emptyRequestTrailers)
+}
+
+// routeReply decides and sends the routing reply when no body has to be
+// echoed: to the request headers, or (inBody) to a BUFFERED body message.
+func (s *Server) routeReply(ctx context.Context, ex *exchange, inBody bool) error {
+	cr, md, rej := s.decide(ctx, ex)
+	if rej != nil {
+		return s.reject(ex, rej)
+	}
+	ex.proto.routed = true
+	if inBody {
+		return ex.send(requestBodyReply(cr, md))
+	}
+	return ex.send(requestHeadersReply(cr, md))
+}
+
+// routeReplyFullDuplex decides, then sends the header reply followed by the
+// held body in chunks; eos marks the last chunk as the end of the request
+// (false when trailers follow).
+func (s *Server) routeReplyFullDuplex(ctx context.Context, ex *exchange, eos bool) error {
+	cr, md, rej := s.decide(ctx, ex)
+	if rej != nil {
+		return s.reject(ex, rej)
+	}
+	ex.proto.routed = true
+	if err := ex.send(requestHeadersReply(cr, md)); err != nil {
+		return err
+	}
+	body := ex.proto.body
+	for {
+		n := min(len(body), maxChunk)
+		last := n == len(body)
+		if err := ex.send(streamedChunk(false, body[:n], last && eos)); err != nil {
+			return err
+		}
+		if last {
+			break
+		}
+		body = body[n:]
+	}
+	ex.proto.body = nil
+	return nil
+}
+
+// rejection is an answer warmpath gives instead of a worker.
+type rejection struct {
+	reason string
+	status int
+	msg    string
+}
+
+func (s *Server) reject(ex *exchange, r *rejection) error {
+	ex.proto.rejected = true
+	s.m.rejections.WithLabelValues(r.reason).Inc()
+	ex.trace.rejected(r)
+	ex.route.code = strconv.Itoa(r.status)
+	ex.log.Info("request rejected", "status", r.status, "reason", r.reason, "msg", r.msg)
+	return ex.send(errorReply(ex.route.req.API, r.status, r.msg, s.cfg.RetryAfter))
+}
+
+func (s *Server) responseHeaders(ex *exchange, h *extprocv3.HttpHeaders) error {
+	// Without request_headers this is a local reply from a filter before
+	// ext_proc (jwt_authn's 401, ext_authz's 403): Envoy still sends it
+	// through; pass it on untouched.
+	p := &ex.proto
+	if p.gotRespHeaders {
+		return outOfOrder("response_headers", "twice")
+	}
+	p.gotRespHeaders = true
+	ct := ""
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		switch hv.GetKey() {
+		case ":status":
+			ex.route.status, _ = strconv.Atoi(headerValue(hv))
+		case "content-type":
+			ct = headerValue(hv)
+		}
+	}
+	ex.route.watch = newWatcher(ct, s.cfg.MaxResponseBytes)
+	var set []*corev3.HeaderValueOption
+	if d := ex.route.dec; s.cfg.DebugHeaders && d != nil {
+		set = append(set, setHeader("x-warmpath-worker", d.Worker),
+			setHeader("x-warmpath-reason", headerSafe(d.Reason)))
+	}
+	if err := ex.send(responseHeadersReply(set)); err != nil {
+		return err
+	}
+	if h.GetEndOfStream() {
+		s.finish(ex)
+	}
+	return nil
+}
+
+func (s *Server) responseBody(ex *exchange, b *extprocv3.HttpBody) error {
+	p := &ex.proto
+	if !p.gotRespHeaders {
+		return outOfOrder("response_body", "before response_headers")
+	}
+	if p.respEnded {
+		return outOfOrder("response_body", "after the end of the response")
+	}
+	s.watch(ex, b.GetBody())
+	reply := emptyResponseBody
+	if p.respMode == modeFullDuplex {
+		reply = streamedChunk(true, b.GetBody(), b.GetEndOfStream())
+	}
+	if err := ex.send(reply); err != nil {
+		return err
+	}
+	if b.GetEndOfStream() {
+		s.finish(ex)
+	}
+	return nil
+}
+
+func (s *Server) responseTrailers(ex *exchange) error {
+	if !ex.proto.gotRespHeaders {
+		return outOfOrder("response_trailers", "before response_headers")
+	}
+	if err := ex.send(emptyResponseTrailers); err != nil {
+		return err
+	}
+	s.finish(ex)
+	return nil
+}
+
+// finish records the end of the response.
+func (s *Server) finish(ex *exchange) {
+	if ex.proto.respEnded {
+		return
+	}
+	ex.proto.respEnded = true
+	end := scoring.EndCompleted
+	if ex.route.status >= 500 {
+		end = scoring.EndAborted
+	}
+	s.endAssignment(ex, end)
+}
+
+// headerSafe keeps printable ASCII so a reason is a valid header value.
+func headerSafe(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = ' '
+		}
+	}
+	if len(b) > 256 {
+		b = b[:256]
+	}
+	return string(b)
+}

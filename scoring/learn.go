@@ -1,0 +1,185 @@
+package scoring
+
+import (
+	"slices"
+	"time"
+)
+
+// The learning room: what outcomes teach about each worker. A completed
+// outcome calibrates the worker's step model, updates its typical request
+// and checks the cached-token prediction against the engine's answer; a
+// worker without outcomes for IdleRelax is restarted from the pool's
+// typical model so it is measured again. The learner is guarded by the
+// router's mutex.
+
+// learner holds each worker's learned model.
+type learner struct {
+	cfg     *Config
+	workers map[string]*workerModel
+}
+
+// workerModel is what the learner knows of one worker.
+type workerModel struct {
+	cal *calibrator
+	typ typical
+	gap gapTracker
+	// lastOutcome is when the worker's last outcome was learned and
+	// lastRelax when its calibration was last relaxed for idleness.
+	lastOutcome, lastRelax time.Time
+}
+
+func newLearner(cfg *Config) learner {
+	return learner{cfg: cfg, workers: make(map[string]*workerModel)}
+}
+
+// worker returns the model of worker, starting it from the prior.
+func (l *learner) worker(name string) *workerModel {
+	w, ok := l.workers[name]
+	if !ok {
+		w = &workerModel{
+			cal: newCalibrator(l.cfg.Prior, l.cfg.PriorSpread, l.cfg.NoiseRel),
+			typ: typical{uncached: float64(l.cfg.DefaultUncached), prompt: float64(l.cfg.DefaultUncached)},
+		}
+		l.workers[name] = w
+	}
+	return w
+}
+
+// model returns worker's step model: the calibrated one, or the prior
+// before any outcome.
+func (l *learner) model(worker string) StepModel {
+	if w, ok := l.workers[worker]; ok {
+		return w.cal.model()
+	}
+	return l.cfg.Prior
+}
+
+// learned is what one outcome taught, for metrics and logs outside the lock.
+type learned struct {
+	outlier      bool
+	reset        bool
+	model        StepModel
+	checked      bool
+	cachedResult string
+	gap          gapChange
+	gapRate      float64
+	gapBias      float64
+}
+
+// learns reports whether an outcome is a measurement calibration believes:
+// a completed request with a first token. A "time to first token" beyond
+// maxTTFT is a broken measurement, not a slow engine.
+func learns(o Outcome) bool { return o.End == EndCompleted && o.TTFT > 0 && o.TTFT <= maxTTFT }
+
+// maxTTFT bounds the outcomes calibration believes.
+const maxTTFT = time.Hour
+
+// learn feeds a completed outcome of assignment a to its worker's model.
+// The model is fitted with what the engine reports (prompt and cached
+// tokens) rather than what was predicted, so index errors do not bend the
+// speed estimate.
+func (l *learner) learn(a *assignment, o Outcome, now time.Time) learned {
+	st := l.worker(a.worker)
+	st.lastOutcome = now
+	actual := o.TTFT.Seconds()
+	var res learned
+	const alpha = 0.05
+	if dec := (o.Duration - o.TTFT).Seconds(); o.Duration > o.TTFT {
+		if st.typ.decode == 0 {
+			st.typ.decode = dec
+		}
+		st.typ.decode += alpha * (dec - st.typ.decode)
+	}
+	if o.CompletionTokens > 0 {
+		st.typ.out += alpha * (float64(o.CompletionTokens) - st.typ.out)
+	}
+	w := a.work
+	if o.PromptTokens > 0 {
+		w.prompt = float64(o.PromptTokens)
+	}
+	if o.CachedTokens >= 0 {
+		if a.exact {
+			res.checked = true
+			switch {
+			case a.cached == o.CachedTokens:
+				res.cachedResult = "exact"
+			case a.cached > o.CachedTokens:
+				res.cachedResult = "over"
+			default:
+				res.cachedResult = "under"
+			}
+			res.gap = st.gap.observe(a.cached, o.CachedTokens, l.cfg.CachedGapRate, l.cfg.CachedGapMin)
+			res.gapRate, res.gapBias = st.gap.rate, st.gap.bias
+		}
+		w.cached = float64(o.CachedTokens)
+		w.offloaded = min(w.offloaded, w.cached)
+	}
+	// An outcome that waited for KV blocks says little about step
+	// times: the wait is priced separately and not fitted.
+	if a.kvWait == 0 {
+		resets := st.cal.resets
+		res.outlier = st.cal.observe(w.features(), actual/a.pred.factor, l.cfg)
+		res.reset = st.cal.resets != resets
+	}
+	res.model = st.cal.model()
+	st.typ.uncached += alpha * (w.uncached() - st.typ.uncached)
+	st.typ.prompt += alpha * (w.prompt - st.typ.prompt)
+	return res
+}
+
+// relaxIdle restarts, from the typical model of the workers with recent
+// outcomes, the calibration of each candidate that has gone IdleRelax
+// without an outcome and has nothing in flight, once per period. Without
+// it, a worker the model once judged slow would get no request, and so no
+// chance to be measured again. Nothing restarts while no worker has a
+// recent outcome. It returns the number of calibrations restarted.
+func (l *learner) relaxIdle(ws Workers, busy func(worker string) bool, now time.Time) int {
+	period := l.cfg.IdleRelax
+	if period <= 0 {
+		return 0
+	}
+	var centre *[numParams]float64
+	n := 0
+	for i := range ws {
+		st := l.worker(ws[i].Name)
+		if st.cal.n == 0 || busy(ws[i].Name) || now.Sub(st.lastOutcome) < period || now.Sub(st.lastRelax) < period {
+			continue
+		}
+		if centre == nil {
+			c, ok := l.typicalTheta(now)
+			if !ok {
+				return n
+			}
+			centre = &c
+		}
+		st.cal.restart(*centre)
+		st.lastRelax = now
+		n++
+	}
+	return n
+}
+
+// typicalTheta is the per-parameter median of the calibrated models of
+// the workers with an outcome within IdleRelax, prior-relative; false when
+// there are none.
+func (l *learner) typicalTheta(now time.Time) ([numParams]float64, bool) {
+	var out [numParams]float64
+	var recent []*calibrator
+	for _, st := range l.workers {
+		if st.cal.n > 0 && now.Sub(st.lastOutcome) < l.cfg.IdleRelax {
+			recent = append(recent, st.cal)
+		}
+	}
+	if len(recent) == 0 {
+		return out, false
+	}
+	vals := make([]float64, len(recent))
+	for i := range out {
+		for j, c := range recent {
+			vals[j] = c.theta[i]
+		}
+		slices.Sort(vals)
+		out[i] = vals[len(vals)/2]
+	}
+	return out, true
+}
