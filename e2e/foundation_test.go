@@ -104,10 +104,9 @@ func (u *upstream) count() int {
 
 // foundation is Envoy + warmpath (round-robin, debug headers) + two upstreams.
 type foundation struct {
-	ups      []*upstream
-	wp       *warmpathProc
-	url      string
-	envoyLog func() string
+	ups []*upstream
+	wp  *warmpathProc
+	url string
 }
 
 func startFoundation(t *testing.T) *foundation {

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"errors"
 	"io"
 	"slices"
 	"strings"
@@ -145,7 +146,7 @@ func TestLocalReplyOfAnEarlierFilterPassesThrough(t *testing.T) {
 		t.Fatalf("body echoed as %v", sr)
 	}
 	e.stream.CloseSend()
-	if err := e.recvErr(); err != io.EOF {
+	if err := e.recvErr(); !errors.Is(err, io.EOF) {
 		t.Fatalf("want a clean end, got %v", err)
 	}
 	if got := testutil.ToFloat64(h.srv.m.streamErrors.WithLabelValues("out_of_order")); got != 0 {

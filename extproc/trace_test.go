@@ -208,9 +208,9 @@ func checkAttrs(t *testing.T, s sdktrace.ReadOnlySpan, want map[attribute.Key]st
 		g, ok := got[k]
 		switch {
 		case v == "<absent>" && ok:
-			t.Errorf("span %q: %s = %s, want it absent", s.Name(), k, g.Emit())
-		case v != "<absent>" && (!ok || g.Emit() != v):
-			t.Errorf("span %q: %s = %q (present %v), want %q", s.Name(), k, g.Emit(), ok, v)
+			t.Errorf("span %q: %s = %s, want it absent", s.Name(), k, g.String())
+		case v != "<absent>" && (!ok || g.String() != v):
+			t.Errorf("span %q: %s = %q (present %v), want %q", s.Name(), k, g.String(), ok, v)
 		}
 	}
 }
@@ -297,7 +297,7 @@ func TestSpansForStreamedChat(t *testing.T) {
 	})
 	a := attrs(client)
 	if a["warmpath.actual.ttft"].AsFloat64() <= 0 || a["gen_ai.response.time_to_first_chunk"].AsFloat64() != a["warmpath.actual.ttft"].AsFloat64() {
-		t.Errorf("actual ttft %v, ttfc %v", a["warmpath.actual.ttft"].Emit(), a["gen_ai.response.time_to_first_chunk"].Emit())
+		t.Errorf("actual ttft %v, ttfc %v", a["warmpath.actual.ttft"].String(), a["gen_ai.response.time_to_first_chunk"].String())
 	}
 	var names []string
 	for _, ev := range client.Events() {

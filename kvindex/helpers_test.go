@@ -126,7 +126,6 @@ type stored struct {
 	tokens    []uint32
 	blockSize int
 	medium    string // "" writes nil
-	loraName  string // "" writes nil
 }
 
 // storedArray writes a v0.11-style array-era BlockStored.

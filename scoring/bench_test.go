@@ -2,12 +2,13 @@ package scoring
 
 import (
 	"fmt"
-	"github.com/warmpath/warmpath/kvindex"
 	"math/rand/v2"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/warmpath/warmpath/kvindex"
 )
 
 // cpuTime returns the process's user+system CPU time. Benchmarks report it

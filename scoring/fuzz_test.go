@@ -2,9 +2,10 @@ package scoring
 
 import (
 	"encoding/binary"
-	"github.com/warmpath/warmpath/kvindex"
 	"testing"
 	"time"
+
+	"github.com/warmpath/warmpath/kvindex"
 )
 
 // FuzzPickDone drives a router with untrusted inputs: the request body

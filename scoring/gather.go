@@ -5,7 +5,6 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/warmpath/warmpath/discovery"
 	"github.com/warmpath/warmpath/kvindex"
@@ -190,12 +189,4 @@ func applyMatches(d *Decision, ms []kvindex.Match, bs int) {
 			break
 		}
 	}
-}
-
-// scrapedAt returns when a load report was taken, zero when there is none.
-func scrapedAt(f *facts, i int) time.Time {
-	if !f.fresh[i] {
-		return time.Time{}
-	}
-	return f.loads[i].ScrapedAt
 }

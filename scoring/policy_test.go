@@ -1,11 +1,12 @@
 package scoring
 
 import (
-	"github.com/warmpath/warmpath/internal/component"
-	"github.com/warmpath/warmpath/kvindex"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/warmpath/warmpath/internal/component"
+	"github.com/warmpath/warmpath/kvindex"
 )
 
 // scenario builds the three-worker case every policy is checked on: an

@@ -4,12 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/warmpath/warmpath/kvindex"
 	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/warmpath/warmpath/kvindex"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )

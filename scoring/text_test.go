@@ -1,11 +1,12 @@
 package scoring
 
 import (
-	"github.com/warmpath/warmpath/kvindex"
 	"hash/maphash"
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/warmpath/warmpath/kvindex"
 )
 
 func TestTextChain(t *testing.T) {

@@ -2,22 +2,21 @@ package tokenize
 
 import "unicode/utf8"
 
-// The GPT-2 byte-to-unicode mapping used by ByteLevel pre-tokenizers and
-// decoders: printable bytes stand for themselves, the others for U+0100 on.
-var byteToRune, runeToByte = func() ([256]rune, map[rune]byte) {
-	var b2r [256]rune
+// runeToByte inverts the GPT-2 byte-to-unicode mapping used by ByteLevel
+// pre-tokenizers and decoders: printable bytes stand for themselves, the
+// others for U+0100 on.
+var runeToByte = func() map[rune]byte {
 	r2b := make(map[rune]byte, 256)
 	n := rune(0)
 	for b := 0; b < 256; b++ {
 		if b >= '!' && b <= '~' || b >= 0xA1 && b <= 0xAC || b >= 0xAE && b <= 0xFF {
-			b2r[b] = rune(b)
+			r2b[rune(b)] = byte(b)
 		} else {
-			b2r[b] = 256 + n
+			r2b[256+n] = byte(b)
 			n++
 		}
-		r2b[b2r[b]] = byte(b)
 	}
-	return b2r, r2b
+	return r2b
 }()
 
 // runeToByteTab is runeToByte as an array over the alphabet's range; -1
@@ -52,13 +51,4 @@ func byteLevelDecodeInto(dst []byte, s []byte) ([]byte, bool) {
 		i += w
 	}
 	return dst, true
-}
-
-// byteLevelEncode maps raw bytes to the byte-to-unicode alphabet.
-func byteLevelEncode(b []byte) string {
-	out := make([]byte, 0, 2*len(b))
-	for _, c := range b {
-		out = utf8.AppendRune(out, byteToRune[c])
-	}
-	return string(out)
 }

@@ -135,7 +135,7 @@ func Launch(ctx context.Context, bin string, config []byte, dir string, log io.W
 	for {
 		select {
 		case <-e.exited:
-			return nil, fmt.Errorf("envoy exited before it was ready: %v", e.waitErr)
+			return nil, fmt.Errorf("envoy exited before it was ready: %w", e.waitErr)
 		case <-ctx.Done():
 			e.Stop()
 			return nil, fmt.Errorf("start envoy: %w", ctx.Err())

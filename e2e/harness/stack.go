@@ -292,7 +292,7 @@ func (s *Stack) startWarmpath(ctx, sctx context.Context, cfg app.Config, policy 
 		}
 		return nil
 	case err := <-exited:
-		return fmt.Errorf("warmpath (policy %s) exited before ready: %v (log %s)", policy.Name, err, filepath.Join(s.Dir, "warmpath.log"))
+		return fmt.Errorf("warmpath (policy %s) exited before ready: %w (log %s)", policy.Name, err, filepath.Join(s.Dir, "warmpath.log"))
 	case <-ctx.Done():
 		return fmt.Errorf("start warmpath: %w", ctx.Err())
 	case <-t.C:

@@ -128,7 +128,7 @@ func TestReadStream(t *testing.T) {
 			start := clock.Now()
 			st, end, err := readStream(&timedReader{clock: clock, pieces: tt.pieces}, tt.api, clock)
 			switch {
-			case tt.wantErr == errAnyDecode:
+			case errors.Is(tt.wantErr, errAnyDecode):
 				if err == nil || !strings.Contains(err.Error(), "decode chunk") {
 					t.Fatalf("err = %v, want a decode error", err)
 				}

@@ -170,9 +170,9 @@ func TestCaptureWorkload(t *testing.T) {
 	// sequential, all at once (burst) or four at a time (evict), as the
 	// capture's workload ran them.
 	concurrency := map[string]int{"shared": 1, "repeat": 1, "burst": 8, "evict": 4, "recheck": 1, "after_reset": 1}
+	var submit func() // recursive: completions submit the next requests
 	next := 0
 	inflight := 0
-	submit := func() {}
 	submit = func() {
 		for next < len(want) && inflight < concurrency[want[next].Phase] {
 			if inflight > 0 && next > 0 && want[next].Phase != want[next-1].Phase {

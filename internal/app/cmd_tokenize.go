@@ -18,7 +18,7 @@ import (
 // stdout (or {"error": "..."}), exactly the ids vLLM computes. Chat requests
 // are rendered with the model's chat template and encoded without added
 // special tokens, as vLLM does; text gets them unless the line says false.
-func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("warmpath tokenize", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("tokenizer", "", "directory with tokenizer.json (or .json.gz) and tokenizer_config.json (required)")
@@ -51,7 +51,11 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	sc := bufio.NewScanner(stdin)
 	sc.Buffer(make([]byte, 1<<20), 256<<20)
 	out := bufio.NewWriter(stdout)
-	defer out.Flush()
+	defer func() {
+		if ferr := out.Flush(); ferr != nil && err == nil {
+			err = fmt.Errorf("write stdout: %w", ferr)
+		}
+	}()
 	enc := json.NewEncoder(out)
 	failed := 0
 	for line := 1; sc.Scan(); line++ {
@@ -64,13 +68,17 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		ids, err := tokenizeLine(tok, tmpl, sc.Bytes())
 		if err != nil {
 			failed++
-			enc.Encode(map[string]string{"error": fmt.Sprintf("line %d: %v", line, err)})
+			if err := enc.Encode(map[string]string{"error": fmt.Sprintf("line %d: %v", line, err)}); err != nil {
+				return fmt.Errorf("write stdout: %w", err)
+			}
 			continue
 		}
 		if ids == nil {
 			ids = []uint32{}
 		}
-		enc.Encode(map[string][]uint32{"ids": ids})
+		if err := enc.Encode(map[string][]uint32{"ids": ids}); err != nil {
+			return fmt.Errorf("write stdout: %w", err)
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("read stdin: %w", err)

@@ -2,9 +2,10 @@ package app
 
 import (
 	"context"
-	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warmpath/warmpath/extproc"
 	"github.com/warmpath/warmpath/internal/component"

@@ -421,7 +421,7 @@ func (r *renderer) filter(name string, x Value, args []Value, kwargs *Dict) (Val
 			}
 		}
 		if name == "sum" {
-			var total Value = arg(args, kwargs, 1, "start", int64(0))
+			total := arg(args, kwargs, 1, "start", int64(0))
 			for _, it := range items {
 				if total, err = binop("+", total, it); err != nil {
 					return nil, err

@@ -267,7 +267,7 @@ func (it *Iter) isView() bool { return strings.HasPrefix(it.kind, "dict_") }
 func newGen(items []Value) *Iter { return &Iter{items: items, kind: "generator"} }
 
 func typeName(v Value) string {
-	switch v.(type) {
+	switch v := v.(type) {
 	case nil:
 		return "NoneType"
 	case Undefined:
@@ -283,7 +283,7 @@ func typeName(v Value) string {
 	case Markup:
 		return "Markup"
 	case *List:
-		if v.(*List).Tuple {
+		if v.Tuple {
 			return "tuple"
 		}
 		return "list"
@@ -298,7 +298,7 @@ func typeName(v Value) string {
 	case *LoopInfo:
 		return "LoopContext"
 	case *Iter:
-		return v.(*Iter).kind
+		return v.kind
 	}
 	return fmt.Sprintf("%T", v)
 }
@@ -544,12 +544,6 @@ func writeStrRepr(b *strings.Builder, s string) {
 
 // runeLen is Python's len(str).
 func runeLen(s string) int { return utf8.RuneCountInString(s) }
-
-// intValue reports whether v is an int (not a bool) and returns it.
-func intValue(v Value) (int64, bool) {
-	x, ok := v.(int64)
-	return x, ok
-}
 
 // toFloat converts an int or float to float64.
 func toFloat(v Value) (float64, bool) {
