@@ -56,18 +56,17 @@
 // Every long-running part has a Run(ctx) error method for the
 // application's errgroup:
 //
-//	pool, _ := discovery.NewPool(src, discovery.HealthConfig{}, discovery.WithLogger(log), discovery.WithRegisterer(reg))
-//	scraper, _ := discovery.NewScraper(pool, discovery.ScrapeConfig{}, ...)
+//	o := component.Options{Logger: log, Registerer: reg}
+//	pool, _ := discovery.NewPool(src, discovery.HealthConfig{}, o)
+//	scraper, _ := discovery.NewScraper(pool, discovery.ScrapeConfig{}, o)
 //	guard, _ := discovery.NewGuard(pool, scraper, discovery.GuardConfig{
 //		BlockSize:      cfg.BlockSizeOf,     // per model, from the configuration
 //		EventBlockSize: index.BlockSizeSeen, // from the KV index
-//	}, ...)
+//	}, o)
 //	g.Go(func() error { return pool.Run(ctx) })
 //	g.Go(func() error { return scraper.Run(ctx) })
 //	g.Go(func() error { return guard.Run(ctx) })
 //
-// Pool satisfies extproc's Pool and HealthReporter; Pool.Watch feeds
-// kvindex's Subscribers.Update; Scraper.Load feeds scoring's EngineLoad
-// through a small adapter in the application (discovery cannot import
-// scoring, which imports it).
+// Pool satisfies extproc's Pool and HealthReporter; Pool.Watch feeds the
+// KV-event subscribers' Update; Scraper satisfies scoring's EngineLoad.
 package discovery

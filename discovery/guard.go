@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warmpath/warmpath/internal/component"
 )
 
 // LoadReader is what the Guard needs from a Scraper.
@@ -71,20 +73,19 @@ type Guard struct {
 
 // NewGuard returns a guard over the workers of ws and their loads. Options:
 // WithLogger, WithRegisterer.
-func NewGuard(ws WorkerLister, loads LoadReader, cfg GuardConfig, opts ...Option) (*Guard, error) {
+func NewGuard(ws WorkerLister, loads LoadReader, cfg GuardConfig, co component.Options) (*Guard, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 5 * time.Second
 	}
-	o := buildOptions(opts)
 	g := &Guard{
-		workers: ws, loads: loads, cfg: cfg, log: o.logger,
+		workers: ws, loads: loads, cfg: cfg, log: co.Log(),
 		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "warmpath_discovery_config_mismatch",
 			Help: "1 for each worker and check where the engine's cache configuration disagrees with warmpath's configuration or its KV events.",
 		}, []string{"worker", "check"}),
 	}
 	g.problems.Store(&[]Problem{})
-	if err := register(o.reg, g.gauge); err != nil {
+	if err := co.Register("discovery guard", g.gauge); err != nil {
 		return nil, fmt.Errorf("guard: %w", err)
 	}
 	return g, nil

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/warmpath/warmpath/internal/component"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -69,7 +71,7 @@ func TestGuardChecks(t *testing.T) {
 					return 16
 				},
 				HashAlgo: tc.algo,
-			}, WithRegisterer(reg))
+			}, component.Options{Registerer: reg})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,7 +98,7 @@ func TestGuardLogsChanges(t *testing.T) {
 	lister.set(Worker{Name: "w", Address: "h:1", Models: []string{"qwen3"}})
 	loads := mapLoads{"w": withCache(32, true, "")}
 	var logs syncBuffer
-	g, err := NewGuard(lister, loads, GuardConfig{BlockSize: func(string) int { return 16 }}, WithLogger(testLogger(&logs)))
+	g, err := NewGuard(lister, loads, GuardConfig{BlockSize: func(string) int { return 16 }}, component.Options{Logger: testLogger(&logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +126,7 @@ func TestStatusView(t *testing.T) {
 	p.ReportResult("b", 0, &dialError{syscall.ECONNREFUSED})
 	lister := &staticLister{}
 	lister.set(p.Workers()...)
-	g, err := NewGuard(p, mapLoads{"a": withCache(32, true, "")}, GuardConfig{BlockSize: func(string) int { return 16 }})
+	g, err := NewGuard(p, mapLoads{"a": withCache(32, true, "")}, GuardConfig{BlockSize: func(string) int { return 16 }}, component.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

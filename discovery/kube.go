@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/warmpath/warmpath/internal/component"
 )
 
 // Pod annotations that override PodDefaults for one pod.
@@ -122,7 +124,7 @@ type Kubernetes struct {
 
 // NewKubernetes returns a Kubernetes source. dyn is needed only with
 // cfg.InferencePool. Options: WithLogger, WithRegisterer.
-func NewKubernetes(cs kubernetes.Interface, dyn dynamic.Interface, cfg KubeConfig, opts ...Option) (*Kubernetes, error) {
+func NewKubernetes(cs kubernetes.Interface, dyn dynamic.Interface, cfg KubeConfig, co component.Options) (*Kubernetes, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("kubernetes discovery: %w", err)
 	}
@@ -133,9 +135,8 @@ func NewKubernetes(cs kubernetes.Interface, dyn dynamic.Interface, cfg KubeConfi
 		cfg.Defaults.HTTPPort = 8000
 	}
 	sel, _ := labels.Parse(cfg.LabelSelector)
-	o := buildOptions(opts)
 	k := &Kubernetes{
-		cs: cs, dyn: dyn, cfg: cfg, sel: sel, log: o.logger,
+		cs: cs, dyn: dyn, cfg: cfg, sel: sel, log: co.Log(),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpath_discovery_pods_skipped_total",
 			Help: "Ready, matching pods left out of the worker set, by reason (bad_annotation, no_models, bad_pool).",
@@ -145,7 +146,7 @@ func NewKubernetes(cs kubernetes.Interface, dyn dynamic.Interface, cfg KubeConfi
 	for _, r := range []string{"bad_annotation", "no_models", "bad_pool"} {
 		k.skipped.WithLabelValues(r)
 	}
-	if err := register(o.reg, k.skipped); err != nil {
+	if err := co.Register("kubernetes discovery", k.skipped); err != nil {
 		return nil, fmt.Errorf("kubernetes discovery: %w", err)
 	}
 	return k, nil

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpath/warmpath/internal/component"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -100,7 +102,7 @@ func startKube(t *testing.T, cfg KubeConfig, pods []runtime.Object, pools ...run
 	e := &kubeEnv{cs: fake.NewClientset(pods...), u: NewUpdates()}
 	e.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{InferencePoolGVR: "InferencePoolList"}, pools...)
-	k, err := NewKubernetes(e.cs, e.dyn, cfg)
+	k, err := NewKubernetes(e.cs, e.dyn, cfg, component.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -501,7 +503,7 @@ func TestKubeConfigValidate(t *testing.T) {
 			}
 		})
 	}
-	if _, err := NewKubernetes(fake.NewClientset(), nil, KubeConfig{Namespace: "a", InferencePool: "p"}); err == nil {
+	if _, err := NewKubernetes(fake.NewClientset(), nil, KubeConfig{Namespace: "a", InferencePool: "p"}, component.Options{}); err == nil {
 		t.Fatal("InferencePool without a dynamic client accepted")
 	}
 }

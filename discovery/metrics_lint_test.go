@@ -3,6 +3,8 @@ package discovery
 import (
 	"testing"
 
+	"github.com/warmpath/warmpath/internal/component"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/client-go/kubernetes/fake"
@@ -13,7 +15,7 @@ import (
 func TestMetricsShareOneRegistryAndLint(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	opt := WithRegisterer(reg)
+	opt := component.Options{Registerer: reg}
 	src, err := NewStatic("unused", lineLoader, 0, opt)
 	if err != nil {
 		t.Fatal(err)

@@ -1,58 +1,26 @@
 package discovery
 
 import (
-	"log/slog"
 	"net/http"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
-// An Option configures an optional knob of a constructor in this package
-// (NewPool, NewStatic, NewKubernetes, NewScraper). Options that do not apply
-// to a constructor are ignored by it.
+// Every constructor of this package takes a component.Options (logger,
+// metric registerer, clock; tickers still use real time) and returns an
+// error when its metrics cannot be registered.
+
+// An Option configures an optional knob of NewPool or NewScraper.
 type Option func(*options)
 
 type options struct {
-	logger *slog.Logger
-	reg    prometheus.Registerer
-	now    func() time.Time
 	client *http.Client
 }
 
 func buildOptions(opts []Option) options {
-	o := options{
-		logger: slog.New(slog.DiscardHandler),
-		now:    time.Now,
-	}
+	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
 	return o
-}
-
-// WithLogger sets the logger. The default discards everything.
-func WithLogger(l *slog.Logger) Option {
-	return func(o *options) {
-		if l != nil {
-			o.logger = l
-		}
-	}
-}
-
-// WithRegisterer registers the component's metrics with reg. Without it the
-// metrics are kept but not exposed.
-func WithRegisterer(reg prometheus.Registerer) Option {
-	return func(o *options) { o.reg = reg }
-}
-
-// WithClock replaces time.Now, for tests. Tickers still use real time.
-func WithClock(now func() time.Time) Option {
-	return func(o *options) {
-		if now != nil {
-			o.now = now
-		}
-	}
 }
 
 // WithHTTPClient sets the client used for /health and /metrics requests.
@@ -71,17 +39,4 @@ func defaultHTTPClient() *http.Client {
 	t.MaxIdleConnsPerHost = 2
 	t.DisableCompression = false
 	return &http.Client{Transport: t}
-}
-
-// register registers cs with reg, if any, and returns the first error.
-func register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
-	if reg == nil {
-		return nil
-	}
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/warmpath/warmpath/internal/component"
 )
 
 // Pool holds the current worker set and each worker's health, and answers
@@ -56,13 +58,13 @@ type snapshot struct {
 // NewPool returns a pool fed by src. hc configures passive and active health
 // checking; its zero value takes the defaults documented on HealthConfig.
 // Options: WithLogger, WithRegisterer, WithClock, WithHTTPClient.
-func NewPool(src Source, hc HealthConfig, opts ...Option) (*Pool, error) {
+func NewPool(src Source, hc HealthConfig, co component.Options, opts ...Option) (*Pool, error) {
 	o := buildOptions(opts)
 	p := &Pool{
 		src:      src,
 		health:   hc.withDefaults(),
-		log:      o.logger,
-		now:      o.now,
+		log:      co.Log(),
+		now:      co.Now(),
 		client:   o.client,
 		watchers: make(map[chan []Worker]struct{}),
 		suspect:  make(chan struct{}, 1),
@@ -91,7 +93,7 @@ func NewPool(src Source, hc HealthConfig, opts ...Option) (*Pool, error) {
 	for _, r := range []string{"pass", "fail"} {
 		p.checks.WithLabelValues(r)
 	}
-	if err := register(o.reg, p.updates, p.ejections, p.checks, stateCollector{p}); err != nil {
+	if err := co.Register("discovery pool", p.updates, p.ejections, p.checks, stateCollector{p}); err != nil {
 		return nil, fmt.Errorf("pool: %w", err)
 	}
 	return p, nil

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpath/warmpath/internal/component"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -77,7 +79,7 @@ func newTestPool(t *testing.T, hc HealthConfig, opts ...Option) (*Pool, *fakeClo
 	if hc.ActiveInterval == 0 {
 		hc.ActiveInterval = -1
 	}
-	p, err := NewPool(nil, hc, append([]Option{WithClock(clk.Now), WithRegisterer(reg)}, opts...)...)
+	p, err := NewPool(nil, hc, component.Options{Clock: clk.Now, Registerer: reg}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +431,7 @@ func TestActiveHealth(t *testing.T) {
 func TestPoolRunAndWatch(t *testing.T) {
 	t.Parallel()
 	src := chanSource{sets: make(chan []Worker)}
-	p, err := NewPool(src, HealthConfig{ActiveInterval: -1})
+	p, err := NewPool(src, HealthConfig{ActiveInterval: -1}, component.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +473,7 @@ func TestPoolRunAndWatch(t *testing.T) {
 	}
 
 	boom := errors.New("boom")
-	p2, _ := NewPool(failingSource{boom}, HealthConfig{ActiveInterval: -1})
+	p2, _ := NewPool(failingSource{boom}, HealthConfig{ActiveInterval: -1}, component.Options{})
 	if err := p2.Run(t.Context()); !errors.Is(err, boom) {
 		t.Fatalf("Run with a failing source = %v, want %v", err, boom)
 	}
@@ -536,7 +538,7 @@ func TestFailureTriggersActiveCheck(t *testing.T) {
 	dying := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	dyingAddr := strings.TrimPrefix(dying.URL, "http://")
 	reg := prometheus.NewRegistry()
-	p, err := NewPool(nil, HealthConfig{ActiveInterval: time.Hour, FailureThreshold: 3}, WithRegisterer(reg))
+	p, err := NewPool(nil, HealthConfig{ActiveInterval: time.Hour, FailureThreshold: 3}, component.Options{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warmpath/warmpath/discovery/enginemetrics"
+	"github.com/warmpath/warmpath/internal/component"
 )
 
 // WorkerLister is what the Scraper and Guard need from a Pool: the current
@@ -126,13 +127,13 @@ var errTooLarge = errors.New("metrics body too large")
 
 // NewScraper returns a scraper of the workers listed by ws. Options:
 // WithLogger, WithRegisterer, WithClock, WithHTTPClient.
-func NewScraper(ws WorkerLister, cfg ScrapeConfig, opts ...Option) (*Scraper, error) {
+func NewScraper(ws WorkerLister, cfg ScrapeConfig, co component.Options, opts ...Option) (*Scraper, error) {
 	o := buildOptions(opts)
 	s := &Scraper{
 		workers: ws,
 		cfg:     cfg.withDefaults(),
-		log:     o.logger,
-		now:     o.now,
+		log:     co.Log(),
+		now:     co.Now(),
 		client:  o.client,
 		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpath_discovery_scrapes_total",
@@ -165,7 +166,7 @@ func NewScraper(ws WorkerLister, cfg ScrapeConfig, opts ...Option) (*Scraper, er
 		}
 		return float64(n)
 	})
-	if err := register(o.reg, s.scrapes, s.duration, stale); err != nil {
+	if err := co.Register("discovery scraper", s.scrapes, s.duration, stale); err != nil {
 		return nil, fmt.Errorf("metrics scraper: %w", err)
 	}
 	return s, nil

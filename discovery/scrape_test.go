@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpath/warmpath/internal/component"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -82,7 +84,7 @@ func TestScraper(t *testing.T) {
 	lister.set(w("a", addr, "m"), w("down", "127.0.0.1:1", "m"))
 	reg := prometheus.NewRegistry()
 	s, err := NewScraper(lister, ScrapeConfig{Interval: time.Second, MaxBytes: 1 << 20},
-		WithClock(clk.Now), WithRegisterer(reg), WithHTTPClient(srv.Client()))
+		component.Options{Clock: clk.Now, Registerer: reg}, WithHTTPClient(srv.Client()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +174,7 @@ func TestScraperDataParallel(t *testing.T) {
 	t.Cleanup(srv.Close)
 	lister := &staticLister{}
 	lister.set(w("a", strings.TrimPrefix(srv.URL, "http://"), "m"))
-	s, err := NewScraper(lister, ScrapeConfig{}, WithHTTPClient(srv.Client()))
+	s, err := NewScraper(lister, ScrapeConfig{}, component.Options{}, WithHTTPClient(srv.Client()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +211,7 @@ func BenchmarkScrape100Workers(b *testing.B) {
 	lister.set(ws...)
 	client := srv.Client()
 	client.Transport.(*http.Transport).MaxIdleConnsPerHost = 100
-	s, err := NewScraper(lister, ScrapeConfig{Concurrency: 16}, WithHTTPClient(client))
+	s, err := NewScraper(lister, ScrapeConfig{Concurrency: 16}, component.Options{}, WithHTTPClient(client))
 	if err != nil {
 		b.Fatal(err)
 	}

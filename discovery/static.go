@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warmpath/warmpath/internal/component"
 )
 
 // Static is a Source that reads the worker list from a file and reloads it
@@ -33,19 +35,18 @@ type Static struct {
 // file into workers; it is called with path on start and after each change.
 // interval is the polling period; zero selects 1 s. Options: WithLogger,
 // WithRegisterer.
-func NewStatic(path string, load func(path string) ([]Worker, error), interval time.Duration, opts ...Option) (*Static, error) {
+func NewStatic(path string, load func(path string) ([]Worker, error), interval time.Duration, co component.Options) (*Static, error) {
 	if load == nil {
 		return nil, fmt.Errorf("static discovery: nil loader")
 	}
 	if interval <= 0 {
 		interval = time.Second
 	}
-	o := buildOptions(opts)
 	s := &Static{
 		path:     path,
 		load:     load,
 		interval: interval,
-		log:      o.logger,
+		log:      co.Log(),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpath_discovery_static_reloads_total",
 			Help: "Reloads of the static worker file, by result (applied, rejected, unreadable).",
@@ -54,7 +55,7 @@ func NewStatic(path string, load func(path string) ([]Worker, error), interval t
 	for _, r := range []string{"applied", "rejected", "unreadable"} {
 		s.reloads.WithLabelValues(r)
 	}
-	if err := register(o.reg, s.reloads); err != nil {
+	if err := co.Register("static discovery", s.reloads); err != nil {
 		return nil, fmt.Errorf("static discovery: %w", err)
 	}
 	return s, nil

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpath/warmpath/internal/component"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -140,7 +142,7 @@ func TestStaticReload(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "workers")
 			writeFile(t, path, good)
 			var logs syncBuffer
-			s, err := NewStatic(path, lineLoader, 5*time.Millisecond, WithLogger(testLogger(&logs)))
+			s, err := NewStatic(path, lineLoader, 5*time.Millisecond, component.Options{Logger: testLogger(&logs)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -199,7 +201,7 @@ func TestStaticFirstLoadFails(t *testing.T) {
 			if tc.content != nil {
 				writeFile(t, path, *tc.content)
 			}
-			s, err := NewStatic(path, lineLoader, time.Hour)
+			s, err := NewStatic(path, lineLoader, time.Hour, component.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -209,7 +211,7 @@ func TestStaticFirstLoadFails(t *testing.T) {
 			}
 		})
 	}
-	if _, err := NewStatic("x", nil, 0); err == nil {
+	if _, err := NewStatic("x", nil, 0, component.Options{}); err == nil {
 		t.Fatal("NewStatic with a nil loader succeeded")
 	}
 }
@@ -219,11 +221,11 @@ func TestPoolWithStaticSource(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "workers")
 	writeFile(t, path, "a 10.0.0.1:8000 qwen\n")
 	var logs syncBuffer
-	src, err := NewStatic(path, lineLoader, 5*time.Millisecond)
+	src, err := NewStatic(path, lineLoader, 5*time.Millisecond, component.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewPool(src, HealthConfig{ActiveInterval: -1}, WithLogger(testLogger(&logs)))
+	p, err := NewPool(src, HealthConfig{ActiveInterval: -1}, component.Options{Logger: testLogger(&logs)})
 	if err != nil {
 		t.Fatal(err)
 	}

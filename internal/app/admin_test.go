@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warmpath/warmpath/discovery"
+	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/scoring"
 )
 
@@ -27,7 +28,7 @@ func (p *recordingPredictor) Predict(_ context.Context, req *scoring.Request, ws
 
 func TestDebugLookup(t *testing.T) {
 	t.Parallel()
-	pool, err := discovery.NewPool(nil, discovery.HealthConfig{ActiveInterval: -1})
+	pool, err := discovery.NewPool(nil, discovery.HealthConfig{ActiveInterval: -1}, component.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

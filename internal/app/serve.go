@@ -41,13 +41,13 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	dopts := []discovery.Option{discovery.WithLogger(log.With("component", "discovery")), discovery.WithRegisterer(reg)}
+	dopts := component.Options{Logger: log.With("component", "discovery"), Registerer: reg}
 	pool, err := newPool(cfg, dopts)
 	if err != nil {
 		return err
 	}
 	scraper, err := discovery.NewScraper(pool, discovery.ScrapeConfig{
-		Interval: time.Duration(cfg.Discovery.Scrape.Interval), MaxAge: time.Duration(cfg.Discovery.Scrape.MaxAge)}, dopts...)
+		Interval: time.Duration(cfg.Discovery.Scrape.Interval), MaxAge: time.Duration(cfg.Discovery.Scrape.MaxAge)}, dopts)
 	if err != nil {
 		return fmt.Errorf("discovery: %w", err)
 	}
@@ -64,7 +64,7 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	guard, err := discovery.NewGuard(pool, scraper, discovery.GuardConfig{
 		BlockSize:      cfg.blockSizeOf,
 		EventBlockSize: index.BlockSizeSeen,
-	}, dopts...)
+	}, dopts)
 	if err != nil {
 		return fmt.Errorf("discovery: %w", err)
 	}
@@ -278,7 +278,7 @@ func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 // newPool builds the worker pool over the configured source: Kubernetes
 // when discovery.kubernetes.namespace is set, else the config file's
 // workers list, reloaded when the file changes.
-func newPool(cfg Config, opts []discovery.Option) (*discovery.Pool, error) {
+func newPool(cfg Config, opts component.Options) (*discovery.Pool, error) {
 	h := cfg.Discovery.Health
 	hc := discovery.HealthConfig{
 		FailureThreshold: h.FailureThreshold, BaseEjection: time.Duration(h.BaseEjection),
@@ -296,7 +296,7 @@ func newPool(cfg Config, opts []discovery.Option) (*discovery.Pool, error) {
 			Namespace: k.Namespace, LabelSelector: k.LabelSelector, InferencePool: k.InferencePool,
 			Defaults: discovery.PodDefaults{HTTPPort: d.HTTPPort, KVEventsPort: d.KVEventsPort, KVReplayPort: d.KVReplayPort,
 				DataParallelSize: d.DataParallelSize, Models: d.Models},
-		}, opts...)
+		}, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -309,13 +309,13 @@ func newPool(cfg Config, opts []discovery.Option) (*discovery.Pool, error) {
 			}
 			return c.DiscoveryWorkers(), nil
 		}
-		st, err := discovery.NewStatic(cfg.path, load, time.Duration(cfg.Discovery.StaticReload), opts...)
+		st, err := discovery.NewStatic(cfg.path, load, time.Duration(cfg.Discovery.StaticReload), opts)
 		if err != nil {
 			return nil, err
 		}
 		src = st
 	}
-	p, err := discovery.NewPool(src, hc, opts...)
+	p, err := discovery.NewPool(src, hc, opts)
 	if err != nil {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
