@@ -50,7 +50,18 @@ func report(b *testing.B, xs []time.Duration, what string) {
 
 // BenchmarkWatcherChunk is the watcher's CPU cost per SSE chunk, without gRPC.
 func BenchmarkWatcherChunk(b *testing.B) {
-	c := []byte("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"qwen3\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" token\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n")
+	benchWatcher(b, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"qwen3\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" token\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n")
+}
+
+// BenchmarkWatcherAnthropicChunk is BenchmarkWatcherChunk for a named
+// Anthropic event, whose name must cost no allocation.
+func BenchmarkWatcherAnthropicChunk(b *testing.B) {
+	benchWatcher(b, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\" token\"}}\n\n")
+}
+
+// benchWatcher feeds one watcher the same SSE chunk b.N times.
+func benchWatcher(b *testing.B, chunk string) {
+	c := []byte(chunk)
 	w := newWatcher("text/event-stream", 1<<20)
 	now := time.Now()
 	b.SetBytes(int64(len(c)))

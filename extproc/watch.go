@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"time"
+
+	"github.com/warmpath/warmpath/internal/sse"
 )
 
 // Usage is the token accounting a response reported. A field is -1 when the
@@ -24,12 +26,9 @@ type watcher struct {
 	// maxJSON bounds the non-streamed body kept for its usage.
 	maxJSON int
 
-	// SSE line state.
-	line      []byte // the incomplete current line
-	data      []byte // data lines of the event being assembled, joined by \n
-	hasData   bool
-	event     []byte // the event: field of the current event
-	skipLF    bool   // the last chunk ended in \r; a leading \n belongs to it
+	// events splits an SSE body. It has no size bound: the watcher must
+	// never fail a response, so it holds an event of any size.
+	events    sse.Parser
 	jsonBody  []byte // non-streamed body
 	truncated bool   // jsonBody exceeded maxJSON
 
@@ -62,62 +61,11 @@ func (w *watcher) write(p []byte, now time.Time) {
 		w.jsonBody = append(w.jsonBody, p...)
 		return
 	}
-	if w.skipLF && len(p) > 0 && p[0] == '\n' {
-		p = p[1:]
-	}
-	w.skipLF = false
-	for len(p) > 0 {
-		i := bytes.IndexAny(p, "\r\n")
-		if i < 0 {
-			w.line = append(w.line, p...)
-			return
-		}
-		var ln []byte
-		if len(w.line) > 0 {
-			w.line = append(w.line, p[:i]...)
-			ln = w.line
-		} else {
-			ln = p[:i]
-		}
-		if p[i] == '\r' {
-			if i+1 < len(p) && p[i+1] == '\n' {
-				i++
-			} else if i+1 == len(p) {
-				w.skipLF = true
-			}
-		}
-		w.field(ln, now)
-		w.line = w.line[:0]
-		p = p[i+1:]
-	}
-}
-
-// field handles one complete SSE line.
-func (w *watcher) field(ln []byte, now time.Time) {
-	if len(ln) == 0 {
-		w.dispatch(now)
-		return
-	}
-	if ln[0] == ':' { // comment / keep-alive
-		return
-	}
-	name, value := ln, []byte(nil)
-	if i := bytes.IndexByte(ln, ':'); i >= 0 {
-		name, value = ln[:i], ln[i+1:]
-		if len(value) > 0 && value[0] == ' ' {
-			value = value[1:]
-		}
-	}
-	switch string(name) {
-	case "data":
-		if w.hasData {
-			w.data = append(w.data, '\n')
-		}
-		w.data = append(w.data, value...)
-		w.hasData = true
-	case "event":
-		w.event = append(w.event[:0], value...)
-	}
+	// Unbounded and with an emit that never fails, Feed cannot fail.
+	_ = w.events.Feed(p, func(event, data []byte) error {
+		w.dispatch(event, data, now)
+		return nil
+	})
 }
 
 // streamEvent is the union of the fields the watcher reads from OpenAI
@@ -158,15 +106,9 @@ type usageJSON struct {
 	CacheReadInputTokens *int `json:"cache_read_input_tokens"`
 }
 
-func (w *watcher) dispatch(now time.Time) {
-	if !w.hasData {
-		w.event = w.event[:0]
-		return
-	}
-	data := w.data
-	w.data, w.hasData = w.data[:0], false
-	event := string(w.event)
-	w.event = w.event[:0]
+// dispatch interprets one SSE event received at now: its name (empty when
+// the stream sent none) and its data, both valid only during the call.
+func (w *watcher) dispatch(event, data []byte, now time.Time) {
 	if string(bytes.TrimSpace(data)) == "[DONE]" {
 		w.done = true
 		return
@@ -176,8 +118,9 @@ func (w *watcher) dispatch(now time.Time) {
 		w.badEvents++
 		return
 	}
-	if event == "" {
-		event = ev.Type
+	kind := string(event) // not kept, so the compiler needs no allocation
+	if kind == "" {
+		kind = ev.Type
 	}
 	token := false
 	for _, c := range ev.Choices {
@@ -186,7 +129,7 @@ func (w *watcher) dispatch(now time.Time) {
 			token = true
 		}
 	}
-	switch event {
+	switch kind {
 	case "content_block_delta":
 		if d := ev.Delta; d != nil && (d.Text != "" || d.Thinking != "" || d.PartialJSON != "") {
 			token = true
@@ -236,11 +179,10 @@ func (w *watcher) addUsage(u *usageJSON) {
 // dispatched and a JSON body is read for its usage.
 func (w *watcher) finish(now time.Time) {
 	if w.sse {
-		if len(w.line) > 0 {
-			w.field(w.line, now)
-			w.line = w.line[:0]
-		}
-		w.dispatch(now)
+		_ = w.events.Flush(func(event, data []byte) error {
+			w.dispatch(event, data, now)
+			return nil
+		})
 		return
 	}
 	if w.truncated || len(w.jsonBody) == 0 {

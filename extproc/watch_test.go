@@ -78,6 +78,52 @@ func TestWatcherSplitAnywhere(t *testing.T) {
 	}
 }
 
+// TestWatcherChunkings pins chunkings and endings an every-split test does
+// not reach.
+func TestWatcherChunkings(t *testing.T) {
+	t.Parallel()
+	huge := "data: {\"pad\":\"" + strings.Repeat("x", 9<<20) + "\",\"usage\":{\"prompt_tokens\":5}}\n\n"
+	var hugeChunks []string
+	for off := 0; off < len(huge); off += 64 << 10 {
+		hugeChunks = append(hugeChunks, huge[off:min(off+64<<10, len(huge))])
+	}
+	tests := []struct {
+		name   string
+		chunks []string
+		want   watchResult
+	}{
+		{
+			"empty chunk between cr and lf",
+			[]string{"data: {\"usage\":\r", "", "\ndata: {\"prompt_tokens\":3}}\r\n\r\n"},
+			watchResult{usage: Usage{3, -1, -1}, firstChunk: -1},
+		},
+		{
+			"stream cut before its blank line",
+			[]string{"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", "data: [DONE]"},
+			watchResult{usage: Usage{-1, -1, -1}, done: true},
+		},
+		{
+			"anthropic stop without its blank line",
+			[]string{"event: message_stop\r\ndata: {}"},
+			watchResult{usage: Usage{-1, -1, -1}, done: true, firstChunk: -1},
+		},
+		{
+			// Bigger than the replayer's 8 MiB bound: the watcher holds it.
+			"huge event",
+			hugeChunks,
+			watchResult{usage: Usage{5, -1, -1}, firstChunk: -1},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := feed("text/event-stream", tc.chunks); got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestWatcherFirstTokenIsContentNotRole(t *testing.T) {
 	t.Parallel()
 	events := strings.SplitAfter(openAIStream, "\n\n")

@@ -18,20 +18,6 @@ func chatStream(n int) []byte {
 	return []byte(b.String())
 }
 
-// BenchmarkSSEParser measures event splitting alone, fed in 1 KiB reads.
-func BenchmarkSSEParser(b *testing.B) {
-	stream := chatStream(1000)
-	b.SetBytes(int64(len(stream)))
-	for b.Loop() {
-		var p sseParser
-		for off := 0; off < len(stream); off += 1024 {
-			if err := p.feed(stream[off:min(off+1024, len(stream))], func(string, []byte) error { return nil }); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-}
-
 // BenchmarkReadStream measures the client's whole per-response work (split,
 // decode, timestamp) for a 1000-chunk reply; ns/chunk is the measuring
 // overhead added to each token.

@@ -10,6 +10,8 @@ import (
 	"net/http/httptrace"
 	"strings"
 	"time"
+
+	"github.com/warmpath/warmpath/internal/sse"
 )
 
 // WorkerHeader and ReasonHeader are the response headers naming the worker
@@ -132,21 +134,26 @@ func send(ctx context.Context, client *http.Client, clock Clock, url string, api
 	return res
 }
 
+// maxEventBytes bounds one SSE event (all its data lines together) and one
+// pending line. A response that exceeds it is failed with
+// sse.ErrEventTooLarge rather than buffered without limit.
+const maxEventBytes = 8 << 20
+
 // readStream reads an SSE body to its end, stamping each read with clock.
 // It returns the state, the time the last byte arrived and any error: a
 // transport error, a malformed or oversized event, or a stream that ended
 // without its final event.
 func readStream(body io.Reader, api API, clock Clock) (*streamState, time.Time, error) {
 	st := newStreamState(api)
-	var p sseParser
+	p := sse.Parser{MaxEventBytes: maxEventBytes}
 	buf := make([]byte, 32<<10)
 	var now time.Time
-	emit := func(event string, data []byte) error { return st.onEvent(now, event, data) }
+	emit := func(event, data []byte) error { return st.onEvent(now, string(event), data) }
 	for {
 		n, rerr := body.Read(buf)
 		now = clock.Now()
 		if n > 0 {
-			if err := p.feed(buf[:n], emit); err != nil {
+			if err := p.Feed(buf[:n], emit); err != nil {
 				return st, now, fmt.Errorf("stream: %w", err)
 			}
 		}
@@ -157,7 +164,7 @@ func readStream(body io.Reader, api API, clock Clock) (*streamState, time.Time, 
 			return st, now, fmt.Errorf("stream: read: %w", rerr)
 		}
 	}
-	if err := p.finish(); err != nil && !st.done {
+	if err := p.Finish(); err != nil && !st.done {
 		return st, now, fmt.Errorf("stream: %w", err)
 	}
 	if !st.done {

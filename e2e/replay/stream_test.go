@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/warmpath/warmpath/internal/sse"
 )
 
 const ms = time.Millisecond
@@ -104,13 +106,23 @@ func TestReadStream(t *testing.T) {
 			name:     "stream cut before done",
 			api:      APIChat,
 			pieces:   []timedPiece{{10 * ms, chatChunk("a")}, {5 * ms, `data: {"choi`}},
-			wantTTFT: 10 * ms, wantE2E: 15 * ms, wantUsage: [3]int{-1, -1, -1}, wantText: "a", wantErr: errTruncated,
+			wantTTFT: 10 * ms, wantE2E: 15 * ms, wantUsage: [3]int{-1, -1, -1}, wantText: "a", wantErr: sse.ErrTruncated,
 		},
 		{
 			name:     "clean end without done",
 			api:      APIChat,
 			pieces:   []timedPiece{{10 * ms, chatChunk("a")}},
 			wantTTFT: 10 * ms, wantE2E: 10 * ms, wantUsage: [3]int{-1, -1, -1}, wantText: "a", wantErr: errNoDone,
+		},
+		{
+			name:      "event over the size bound",
+			api:       APIChat,
+			pieces:    []timedPiece{{10 * ms, chatChunk("a")}, {5 * ms, "data: " + strings.Repeat("x", maxEventBytes)}},
+			wantTTFT:  10 * ms,
+			wantE2E:   15 * ms,
+			wantUsage: [3]int{-1, -1, -1},
+			wantText:  "a",
+			wantErr:   sse.ErrEventTooLarge,
 		},
 		{
 			name:      "malformed json",
