@@ -67,7 +67,7 @@
 //	g.Go(func() error { return guard.Run(ctx) })
 //
 // Pool satisfies extproc's Pool and HealthReporter; Pool.Watch feeds
-// kvindex's Subscribers.Update; Scraper.Load feeds scoring's EngineLoad
+// kvevents' Subscribers.Update; Scraper.Load feeds scoring's EngineLoad
 // through a small adapter in the application (discovery cannot import
 // scoring, which imports it).
 package discovery
