@@ -43,11 +43,13 @@
 //
 // # Lookup
 //
-// A lookup hashes the prompt's blocks and walks their nodes. For 16-token
-// blocks over up to 64 streams on amd64 with AES, one assembly loop hashes
-// each block and finds its node (walk16.go), so that the hash of one block
-// overlaps the node reads of the last; elsewhere the walk hashes a chunk
-// of blocks at a time in Go. A block's node is usually the one just below
+// A lookup hashes the prompt's blocks a chunk at a time, the chunks
+// doubling from 16 blocks, so that the CPU overlaps the blocks' hashes and
+// an early miss wastes little, and walks their nodes in Go. On amd64 with
+// AES and AVX, a 16-token block (vLLM's default) hashes in a few AES
+// rounds (chainKeys16AES, keys_amd64.s: plain Go assembly over the
+// tokens, which reads no Go struct); elsewhere, or with -tags purego, in
+// multiply-folds. A block's node is usually the one just below
 // the previous block's (a chain stored in one event takes consecutive
 // nodes) or the next one in the LRU list (stores and lookups leave chains
 // there in order); the table is probed only when neither holds the

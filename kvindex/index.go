@@ -749,10 +749,9 @@ func appendRankedMatches(out []Match, depthAny, depthGPU []int32, names []slotNa
 }
 
 // chainWalk is the state of one lookup's walk down a prompt's chain of
-// blocks. For 16-token blocks over slots 0–63 on amd64 it hashes each
-// block as it reaches it (walkKernel, walk16.go); otherwise it hashes a chunk at a time, which lets
-// the CPU overlap their hashes, the chunks doubling from 16 blocks so that
-// an early miss wastes little (walkChunks).
+// blocks. It hashes a chunk of blocks at a time, which lets the CPU
+// overlap their hashes, the chunks doubling from 16 blocks so that an
+// early miss wastes little (walkChunks).
 type chainWalk struct {
 	ix        *Index
 	tokens    []uint32
@@ -802,10 +801,7 @@ func (w *chainWalk) walk(runs []uint32) (int, []uint32) {
 		w.hiAny[words-2] = ^uint64(0) >> (64*words - n)
 		w.hiGPU[words-2] = w.hiAny[words-2]
 	}
-	i, runs, ok := w.walkKernel(runs)
-	if !ok {
-		i, runs = w.walkChunks(runs)
-	}
+	i, runs := w.walkChunks(runs)
 	// The slots still holding every block: depth i. For slots 0–63 over
 	// the whole word without a branch, which is cheaper than a step per
 	// set bit when most of them are set.
@@ -819,8 +815,9 @@ func (w *chainWalk) walk(runs []uint32) (int, []uint32) {
 	return i, runs
 }
 
-// walkChunks is walk for any block size and any number of slots: it
-// hashes a chunk of blocks at a time (see hash) and walks their nodes.
+// walkChunks is walk's loop, for any block size and any number of
+// slots: it hashes a chunk of blocks at a time (see hash) and walks their
+// nodes.
 func (w *chainWalk) walkChunks(runs []uint32) (int, []uint32) {
 	pages := w.ix.pages
 	fast := w.hiAny == nil
