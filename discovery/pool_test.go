@@ -519,7 +519,7 @@ func TestIsDialError(t *testing.T) {
 	}
 }
 
-// The shapes extproc (Pool, HealthReporter) and kvindex consume; a
+// The shapes extproc (Pool, HealthReporter) and kvevents consume; a
 // signature change here breaks the application's wiring.
 var _ interface {
 	Candidates(model string) (ws []Worker, known bool)

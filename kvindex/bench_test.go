@@ -9,140 +9,19 @@ import (
 	"time"
 )
 
-// mapStored writes a map-era BlockStored shaped like the vLLM 0.31 capture.
-func (e *enc) mapStored(s stored) *enc {
-	e.mp(11).str("type").str("BlockStored").str("block_hashes").arr(len(s.hashes))
-	for _, h := range s.hashes {
-		e.uint(h)
-	}
-	e.str("parent_block_hash")
-	if s.parent == nil {
-		e.nil()
-	} else {
-		e.uint(*s.parent)
-	}
-	e.str("token_ids").arr(len(s.tokens))
-	for _, t := range s.tokens {
-		e.uint(uint64(t))
-	}
-	e.str("block_size").uint(uint64(s.blockSize)).str("lora_id").nil().str("medium").str("GPU").
-		str("lora_name").nil().str("extra_keys").arr(len(s.hashes))
-	for range s.hashes {
-		e.nil()
-	}
-	return e.str("group_idx").uint(0).str("kv_cache_spec_kind").str("full_attention")
-}
-
-func (e *enc) mapRemoved(h uint64) *enc {
-	return e.mp(4).str("type").str("BlockRemoved").str("block_hashes").arr(1).uint(h).
-		str("medium").str("GPU").str("group_idx").uint(0)
-}
-
-// ingestStream builds a cyclic stream of n payloads like the capture's
-// eviction phase: each batch evicts the 8 blocks stored window batches
-// earlier, one event per block, then stores 8 new blocks under a shared
-// 32-block prefix. It returns the payloads and the block events they carry.
-func ingestStream(n, window int) ([][]byte, int) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	const per = 8
-	prefix := randTokens(rng, 32*testBlock)
-	prefixHashes := make([]uint64, 32)
-	for i := range prefixHashes {
-		prefixHashes[i] = rng.Uint64()
-	}
-	hashes := func(b int) []uint64 {
-		out := make([]uint64, per)
-		for i := range out {
-			out[i] = uint64(b)<<8 | uint64(i) | 1<<62
-		}
-		return out
-	}
-	var payloads [][]byte
-	events := 0
-	first := batch(1, func(e *enc) {
-		e.mapStored(stored{hashes: prefixHashes, tokens: prefix, blockSize: testBlock})
-	})
-	payloads = append(payloads, first)
-	events += 32
-	for b := range n {
-		toks := randTokens(rng, per*testBlock)
-		parent := prefixHashes[31]
-		evs := 1
-		if b >= window {
-			evs += per
-		}
-		payloads = append(payloads, batch(evs, func(e *enc) {
-			if b >= window {
-				for _, h := range hashes(b - window) {
-					e.mapRemoved(h)
-				}
-			}
-			e.mapStored(stored{hashes: hashes(b), parent: &parent, tokens: toks, blockSize: testBlock})
-		}))
-		events += evs - 1 + per
-	}
-	return payloads, events
-}
-
-// BenchmarkIngest measures decoding and applying KV-event payloads, one
-// stream on one goroutine; blocks/s counts stored plus removed blocks.
-func BenchmarkIngest(b *testing.B) {
-	payloads, events := ingestStream(2000, 64)
-	var bytes int
-	for _, p := range payloads {
-		bytes += len(p)
-	}
-	b.SetBytes(int64(bytes))
-	b.ReportAllocs()
-	var d Decoder
-	var bt Batch
-	src := Source{Worker: "w0", Model: "m"}
-	b.ResetTimer()
-	start, cpu0 := time.Now(), processCPU()
-	for b.Loop() {
-		ix := New()
-		for _, p := range payloads {
-			if err := d.Decode(p, &bt); err != nil {
-				b.Fatal(err)
-			}
-			ix.Apply(src, &bt)
-		}
-	}
-	b.ReportMetric(float64(events*b.N)/time.Since(start).Seconds(), "blocks/s")
-	b.ReportMetric(float64(events*b.N)/(processCPU()-cpu0).Seconds(), "blocks/cpu-s")
-}
-
-// BenchmarkDecode measures decoding alone on the same stream.
-func BenchmarkDecode(b *testing.B) {
-	payloads, events := ingestStream(2000, 64)
-	var d Decoder
-	var bt Batch
-	b.ReportAllocs()
-	start, cpu0 := time.Now(), processCPU()
-	for b.Loop() {
-		for _, p := range payloads {
-			if err := d.Decode(p, &bt); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	b.ReportMetric(float64(events*b.N)/time.Since(start).Seconds(), "blocks/s")
-	b.ReportMetric(float64(events*b.N)/(processCPU()-cpu0).Seconds(), "blocks/cpu-s")
-}
-
 // lookupIndex builds a realistic 64-worker index: a 512-block prompt whose
 // prefix every worker holds to a different depth (8 to 512 blocks), and
 // 4096 unrelated blocks per worker in 16-block chains, sharing first
 // blocks across workers as system prompts do.
-func lookupIndex(workers int) (*Index, []uint32) {
-	ix := New(WithEntryBudget(1 << 24))
+func lookupIndex(tb testing.TB, workers int) (*Index, []uint32) {
+	ix := newIndex(tb, WithEntryBudget(1<<24))
 	rng := rand.New(rand.NewPCG(5, 6))
 	prompt := randTokens(rng, 512*testBlock+1)
 	for w := range workers {
 		name := fmt.Sprintf("worker-%02d", w)
 		depth := 8 + (w*504)/max(workers-1, 1)
 		base := uint64(w) << 40
-		ix.Apply(Source{Worker: name, Model: "m"}, &Batch{Events: []Event{storeEv(prompt, 0, depth, base, "")}})
+		ix.Apply(Source{Worker: name, Model: "m"}, []Event{storeEv(prompt, 0, depth, base, "")})
 		for c := range 256 {
 			toks := randTokens(rng, 16*testBlock)
 			// Chains 0–31 start with one of 32 shared system prompts.
@@ -152,7 +31,7 @@ func lookupIndex(workers int) (*Index, []uint32) {
 				}
 			}
 			ev := storeEv(toks, 0, 16, base|uint64(c+1)<<20, "")
-			ix.Apply(Source{Worker: name, Model: "m"}, &Batch{Events: []Event{ev}})
+			ix.Apply(Source{Worker: name, Model: "m"}, []Event{ev})
 		}
 	}
 	return ix, prompt
@@ -167,7 +46,7 @@ func lookupIndex(workers int) (*Index, []uint32) {
 // above their medians is the machine's own tail for an operation of that
 // length, without and with memory traffic, which the lookup pays too.
 func BenchmarkLookup512x64(b *testing.B) {
-	ix, prompt := lookupIndex(64)
+	ix, prompt := lookupIndex(b, 64)
 	if got := len(ix.Lookup(mkey, prompt, testBlock)); got != 64 {
 		b.Fatalf("%d workers matched, want 64", got)
 	}
@@ -175,7 +54,7 @@ func BenchmarkLookup512x64(b *testing.B) {
 	// up the LRU list. Engines publish every step, so in production the log
 	// is drained every few lookups and reuses its storage: drain it here
 	// every 32, untimed, after growing it once.
-	drain := func() { ix.Apply(Source{Worker: "worker-00", Model: "m"}, &Batch{}) }
+	drain := func() { ix.Apply(Source{Worker: "worker-00", Model: "m"}, nil) }
 	for range 1024 {
 		ix.Lookup(mkey, prompt, testBlock)
 	}
@@ -369,14 +248,14 @@ func BenchmarkIndexMemory(b *testing.B) {
 				var before, after runtime.MemStats
 				runtime.GC()
 				runtime.ReadMemStats(&before)
-				ix := New(WithEntryBudget(entries * 2))
+				ix := newIndex(b, WithEntryBudget(entries*2))
 				rng := rand.New(rand.NewPCG(1, uint64(share)))
 				chains := entries / share / 16
 				for c := range chains {
 					toks := randTokens(rng, 16*testBlock)
 					for w := range share {
 						ev := storeEv(toks, 0, 16, uint64(c)<<8|uint64(w)<<40, "")
-						ix.Apply(Source{Worker: fmt.Sprintf("w%d", w), Model: "m"}, &Batch{Events: []Event{ev}})
+						ix.Apply(Source{Worker: fmt.Sprintf("w%d", w), Model: "m"}, []Event{ev})
 					}
 				}
 				runtime.GC()

@@ -1,10 +1,11 @@
 // Package kvindex knows which vLLM worker holds which prompt prefix in its
-// KV cache. It decodes vLLM's KV-cache events (ZeroMQ PUB messages carrying
-// msgpack KVEventBatch payloads, every layout from vLLM 0.9 to the map-era
-// events of 0.24 and later), subscribes to every worker and data-parallel
-// rank with gap replay over the engine's ROUTER socket, and keeps an index
-// from chains of token blocks to the workers holding them. It scores and
-// routes nothing.
+// KV cache. It keeps an index from chains of token blocks to the workers
+// (and data-parallel ranks) holding them, fed one batch of [Event] values
+// at a time through [Index.Apply] by whoever receives the engines' events
+// (package kvevents, which decodes vLLM's wire format and owns the
+// sockets), and answers, per worker, how much of a prompt is cached. It
+// decodes no wire bytes, opens no sockets and scores nothing; it is pure
+// Go.
 //
 // # Keys
 //
@@ -12,25 +13,22 @@
 // its own 64-bit key over the event's token ids, one block at a time (a
 // multiply-fold hash of the block's tokens mixed into its parent's key, so
 // that the blocks of a prompt hash in parallel and only the mixing is
-// serial), rooted in (model, LoRA name, cache salt): the model is warmpath's
-// served model name for the worker (by default the first of
-// discovery.Worker.Models, see [WithModelOf]), the LoRA name comes from the
-// event, and the salt from block 0's extra keys. Other extra keys
-// (multimodal items, prompt embeddings) are folded into their block's key,
-// so a request that cannot name them misses from that block on. A
-// per-stream table from engine hash to block keeps BlockRemoved exact and
-// refcounts duplicate stores. This works with every
+// serial), rooted in (model, LoRA name, cache salt): the model is the
+// stream's [Source] model (warmpath's served model name for the worker),
+// the LoRA name and the salt come with the event. A block's digest of its
+// other extra keys ([Event.Extra]: multimodal items, prompt embeddings) is
+// mixed into its key, so a request that cannot name them misses from that
+// block on. A per-stream table from engine hash to block keeps
+// BlockRemoved exact and refcounts duplicate stores. This works with every
 // --prefix-caching-hash-algo and needs no PYTHONHASHSEED coordination. A
 // store whose parent hash is unknown (missed events) is skipped and
-// counted, never guessed. Only full-attention blocks (group 0, or
-// kv_cache_spec_kind "full_attention") are indexed.
+// counted, never guessed.
 //
 // # Use
 //
-//	ix := kvindex.New(kvindex.WithRegisterer(reg), kvindex.WithLogger(log))
-//	subs := kvindex.NewSubscribers(ix, kvindex.WithTopic(topic))
-//	g.Go(func() error { return subs.Run(ctx) }) // owned by the app's errgroup
-//	subs.Update(workers)                        // on every discovery snapshot
+//	ix, err := kvindex.New(kvindex.WithRegisterer(reg), kvindex.WithLogger(log))
+//	...
+//	ix.Apply(src, events)                        // a subscriber, per batch
 //	ms := ix.Lookup(kvindex.ChainKey{Model: m, LoRA: l, Salt: s}, tokens, blockSize)
 //	ix.Speculate(chosen, key, tokens, blockSize) // after routing
 //
@@ -38,16 +36,20 @@
 // cached, in whole blocks, capped at floor((P−1)/B)·B as vLLM caps hits,
 // split between GPU and offloaded media; the best data-parallel rank of a
 // worker stands for it. [Index.Speculate] enters the blocks a routed
-// request will create before their events arrive. [Index.DebugWorkers],
-// [Index.Stale] and [Index.CaughtUp] serve operators and readiness.
+// request will create before their events arrive. [Index.Streams] and
+// [Index.Stale] serve operators and routing; [Index.AddStream],
+// [Index.Reset] and [Index.RemoveWorker] let the subscriber announce a
+// stream, clear one whose events were lost, and forget a departed worker.
 //
 // # Lookup
 //
-// A lookup hashes the prompt's blocks and walks their nodes. For 16-token
-// blocks over up to 64 streams on amd64 with AES, one assembly loop hashes
-// each block and finds its node (walk16.go), so that the hash of one block
-// overlaps the node reads of the last; elsewhere the walk hashes a chunk
-// of blocks at a time in Go. A block's node is usually the one just below
+// A lookup hashes the prompt's blocks a chunk at a time, the chunks
+// doubling from 16 blocks, so that the CPU overlaps the blocks' hashes and
+// an early miss wastes little, and walks their nodes in Go. On amd64 with
+// AES and AVX, a 16-token block (vLLM's default) hashes in a few AES
+// rounds (chainKeys16AES, keys_amd64.s: plain Go assembly over the
+// tokens, which reads no Go struct); elsewhere, or with -tags purego, in
+// multiply-folds. A block's node is usually the one just below
 // the previous block's (a chain stored in one event takes consecutive
 // nodes) or the next one in the LRU list (stores and lookups leave chains
 // there in order); the table is probed only when neither holds the
@@ -61,16 +63,6 @@
 // nodes form up to 256 runs, allocates nothing when its buffer has room;
 // with data-parallel ranks it also builds a map from worker to match.
 //
-// # Streams
-//
-// Each (worker, rank) stream tracks its sequence numbers. At start, and on
-// a gap, it replays from the engine's replay endpoint while buffering live
-// messages, then applies the buffered ones deduplicated by seq. A
-// sequence that goes backwards (engine restart), a replay that no longer
-// starts at the requested seq, a failed replay, or a gap without a replay
-// endpoint clears that stream's entries, with a log line and a count in
-// warmpath_kvindex_resets_total.
-//
 // # Memory
 //
 // A block is a 32-byte node without pointers; the one stream holding it
@@ -83,8 +75,8 @@
 //
 // # Metrics
 //
-// All under warmpath_kvindex_: events_total{type}, skipped_total{reason},
-// decode_errors_total, gaps_total, replays_total{result},
+// All under warmpath_kvindex_: events_total{type}, skipped_total{reason}
+// (invalid, unreachable_parent, unknown_hash, too_many_streams),
 // resets_total{reason}, entries, blocks, evictions_total and
 // lookup_duration_seconds; registered only with [WithRegisterer].
 package kvindex

@@ -3,8 +3,6 @@ package kvindex
 import (
 	"log/slog"
 	"math/bits"
-	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -52,8 +50,8 @@ func WithSpeculativeTTL(d time.Duration) Option {
 	}
 }
 
-// WithRegisterer registers the index's metrics (and those of [Subscribers]
-// built on it) with reg. Without it, metrics are kept but not exported.
+// WithRegisterer registers the index's metrics with reg. Without it,
+// metrics are kept but not exported.
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(ix *Index) { ix.reg = reg }
 }
@@ -69,7 +67,8 @@ func WithClock(now func() time.Time) Option {
 }
 
 // Index maps chains of token blocks to the workers (and data-parallel ranks)
-// whose KV cache holds them, learned from vLLM KV events.
+// whose KV cache holds them, learned from the events of their engines'
+// caches, which a subscriber applies through [Index.Apply].
 //
 // An Index is safe for concurrent use: lookups share a read lock, event
 // application takes the write lock one batch at a time. Build it with [New].
@@ -127,7 +126,7 @@ type slot struct {
 	specHead int
 	specAt   map[uint32]int64 // node → expiry of its latest speculation
 
-	status SlotStatus
+	status StreamStatus
 	lastAt time.Time
 	since  time.Time
 }
@@ -137,8 +136,9 @@ type specItem struct {
 	until int64
 }
 
-// New returns an empty Index.
-func New(opts ...Option) *Index {
+// New returns an empty Index. It fails only when its metrics cannot be
+// registered with the [WithRegisterer] registerer.
+func New(opts ...Option) (*Index, error) {
 	ix := &Index{
 		nnodes:     1,
 		byName:     make(map[slotName]uint16),
@@ -151,8 +151,12 @@ func New(opts ...Option) *Index {
 	for _, o := range opts {
 		o(ix)
 	}
-	ix.m = newMetrics(ix.reg)
-	return ix
+	m, err := newMetrics(ix.reg)
+	if err != nil {
+		return nil, err
+	}
+	ix.m = m
+	return ix, nil
 }
 
 // Source names the stream a batch came from.
@@ -178,7 +182,7 @@ func (ix *Index) slotLocked(src Source) *slot {
 		if s.model != src.Model {
 			// A new model roots different chains: the old keys are wrong.
 			ix.clearSlotLocked(s)
-			s.model = src.Model
+			s.model, s.status.Model = src.Model, src.Model
 		}
 		return s
 	}
@@ -204,7 +208,7 @@ func (ix *Index) slotLocked(src Source) *slot {
 		model:  src.Model,
 		specAt: make(map[uint32]int64),
 		since:  now,
-		status: SlotStatus{Worker: src.Worker, Rank: src.Rank, Model: src.Model, LastSeq: -1},
+		status: StreamStatus{Worker: src.Worker, Rank: src.Rank, Model: src.Model},
 	}
 	ix.slots[id] = s
 	ix.names[id] = name
@@ -216,57 +220,47 @@ func (ix *Index) slotLocked(src Source) *slot {
 	return s
 }
 
-// Apply applies the events of one decoded batch from src, in order, and
-// counts them. Events that cannot be applied exactly (unknown parent, bad
-// shape, other KV-cache groups) are skipped and counted.
-func (ix *Index) Apply(src Source, b *Batch) {
+// Apply applies events, one batch of src's stream, in order and in one
+// critical section, and counts them. Events that cannot be applied
+// exactly (a store whose parent block is unknown, a removal of an unknown
+// block, a malformed event) are skipped and counted. Apply keeps none of
+// events' slices. A stream unknown so far is added; when MaxStreams are
+// taken, its events are dropped and counted.
+func (ix *Index) Apply(src Source, events []Event) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	s := ix.slotLocked(src)
 	if s == nil {
-		ix.m.skipped.WithLabelValues("too_many_streams").Add(float64(len(b.Events)))
+		ix.m.skipped.WithLabelValues("too_many_streams").Add(float64(len(events)))
 		return
 	}
 	now := ix.now()
 	s.lastAt = now
 	ix.drainTouchesLocked()
 	ix.sweepLocked(now.UnixNano())
-	for i := range b.Events {
-		ix.applyLocked(s, &b.Events[i])
-	}
-	if b.UnknownEvents > 0 {
-		ix.m.skipped.WithLabelValues("unknown_event").Add(float64(b.UnknownEvents))
-	}
-	if b.UnknownFields > 0 {
-		ix.m.skipped.WithLabelValues("unknown_field").Add(float64(b.UnknownFields))
+	for i := range events {
+		ix.applyLocked(s, &events[i])
 	}
 	ix.evictLocked()
 	ix.gaugesLocked()
 }
 
 func (ix *Index) applyLocked(s *slot, ev *Event) {
-	ix.m.events[ev.Kind].Inc()
 	switch ev.Kind {
 	case AllBlocksCleared:
+		ix.m.events[ev.Kind].Inc()
 		ix.clearSlotLocked(s)
 	case BlockRemoved:
-		if !indexedGroup(ev) {
-			ix.m.skipOtherGroup.Inc()
-			return
-		}
-		gpu := ev.Medium == "" || ev.Medium == MediumGPU
+		ix.m.events[ev.Kind].Inc()
 		for _, h := range ev.BlockHashes {
-			if !ix.removeLocked(s, h, gpu) {
+			if !ix.removeLocked(s, h, !ev.Offloaded) {
 				ix.m.skipUnknownHash.Inc()
 			}
 		}
 	case BlockStored:
-		if !indexedGroup(ev) {
-			ix.m.skipOtherGroup.Inc()
-			return
-		}
+		ix.m.events[ev.Kind].Inc()
 		n := len(ev.BlockHashes)
-		if ev.BlockSize < 1 || len(ev.TokenIDs) != n*ev.BlockSize || (ev.ExtraKeys != nil && len(ev.ExtraKeys) != n) {
+		if ev.BlockSize < 1 || len(ev.TokenIDs) != n*ev.BlockSize || (ev.Extra != nil && len(ev.Extra) != n) {
 			ix.m.skipInvalid.Inc()
 			return
 		}
@@ -282,16 +276,8 @@ func (ix *Index) applyLocked(s *slot, ev *Event) {
 			}
 			key = ix.node(ni).key
 		} else {
-			ck := ChainKey{Model: s.model, LoRA: ev.LoRAName}
-			if ck.LoRA == "" && ev.HasLoRAID {
-				ck.LoRA = "lora-id:" + strconv.FormatInt(ev.LoRAID, 10)
-			}
-			if len(ev.ExtraKeys) > 0 && ev.ExtraKeys[0] != nil {
-				ck.Salt = saltOf(ev.ExtraKeys[0], ev)
-			}
-			key = ck.root()
+			key = ChainKey{Model: s.model, LoRA: ev.LoRA, Salt: ev.Salt}.root()
 		}
-		gpu := ev.Medium == "" || ev.Medium == MediumGPU
 		// Chain all keys first, then insert tail first so the chain's root
 		// ends up most recently used and tails are evicted before roots.
 		var stack [64]uint64
@@ -300,31 +286,23 @@ func (ix *Index) applyLocked(s *slot, ev *Event) {
 			keys = make([]uint64, n)
 		}
 		keys = keys[:n]
-		if !slices.ContainsFunc(ev.ExtraKeys, func(x []byte) bool { return x != nil }) {
-			// Map-era events carry a null per block: no extra key.
+		if ev.Extra == nil {
 			chainKeys(key, ev.TokenIDs, ev.BlockSize, keys)
 		} else {
 			for i := range n {
 				key = blockKey(key, ev.TokenIDs[i*ev.BlockSize:(i+1)*ev.BlockSize])
-				if ev.ExtraKeys[i] != nil {
-					key = foldExtra(key, ev.ExtraKeys[i], ev, i == 0 && !ev.HasParent)
+				if d := ev.Extra[i]; d != 0 {
+					key = chainKey(key, d)
 				}
 				keys[i] = key
 			}
 		}
 		for i := n - 1; i >= 0; i-- {
-			ix.storeLocked(s, ev.BlockHashes[i], keys[i], gpu)
+			ix.storeLocked(s, ev.BlockHashes[i], keys[i], !ev.Offloaded)
 		}
+	default:
+		ix.m.skipInvalid.Inc()
 	}
-}
-
-// indexedGroup reports whether ev belongs to the KV-cache group prefix
-// routing follows: full attention, which is group 0 in vLLM.
-func indexedGroup(ev *Event) bool {
-	if ev.SpecKind != "" {
-		return ev.SpecKind == "full_attention"
-	}
-	return ev.GroupIdx == 0
 }
 
 // nodeOf returns the node of a block key, or 0. It is table.get with the
@@ -771,10 +749,9 @@ func appendRankedMatches(out []Match, depthAny, depthGPU []int32, names []slotNa
 }
 
 // chainWalk is the state of one lookup's walk down a prompt's chain of
-// blocks. For 16-token blocks over slots 0–63 on amd64 it hashes each
-// block as it reaches it (walkKernel, walk16.go); otherwise it hashes a chunk at a time, which lets
-// the CPU overlap their hashes, the chunks doubling from 16 blocks so that
-// an early miss wastes little (walkChunks).
+// blocks. It hashes a chunk of blocks at a time, which lets the CPU
+// overlap their hashes, the chunks doubling from 16 blocks so that an
+// early miss wastes little (walkChunks).
 type chainWalk struct {
 	ix        *Index
 	tokens    []uint32
@@ -824,10 +801,7 @@ func (w *chainWalk) walk(runs []uint32) (int, []uint32) {
 		w.hiAny[words-2] = ^uint64(0) >> (64*words - n)
 		w.hiGPU[words-2] = w.hiAny[words-2]
 	}
-	i, runs, ok := w.walkKernel(runs)
-	if !ok {
-		i, runs = w.walkChunks(runs)
-	}
+	i, runs := w.walkChunks(runs)
 	// The slots still holding every block: depth i. For slots 0–63 over
 	// the whole word without a branch, which is cheaper than a step per
 	// set bit when most of them are set.
@@ -841,8 +815,9 @@ func (w *chainWalk) walk(runs []uint32) (int, []uint32) {
 	return i, runs
 }
 
-// walkChunks is walk for any block size and any number of slots: it
-// hashes a chunk of blocks at a time (see hash) and walks their nodes.
+// walkChunks is walk's loop, for any block size and any number of
+// slots: it hashes a chunk of blocks at a time (see hash) and walks their
+// nodes.
 func (w *chainWalk) walkChunks(runs []uint32) (int, []uint32) {
 	pages := w.ix.pages
 	fast := w.hiAny == nil

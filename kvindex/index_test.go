@@ -35,7 +35,7 @@ func (c *fakeClock) advance(d time.Duration) {
 // storeEv builds a BlockStored of prompt's blocks [from, to) with engine
 // hashes base+i, as a worker whose engine hashes are its own would send.
 func storeEv(prompt []uint32, from, to int, base uint64, medium string) Event {
-	ev := Event{Kind: BlockStored, BlockSize: testBlock, Medium: medium}
+	ev := Event{Kind: BlockStored, BlockSize: testBlock, Offloaded: offloaded(medium)}
 	for i := from; i < to; i++ {
 		ev.BlockHashes = append(ev.BlockHashes, base+uint64(i))
 	}
@@ -47,11 +47,11 @@ func storeEv(prompt []uint32, from, to int, base uint64, medium string) Event {
 }
 
 func removeEv(medium string, hashes ...uint64) Event {
-	return Event{Kind: BlockRemoved, BlockHashes: hashes, Medium: medium}
+	return Event{Kind: BlockRemoved, BlockHashes: hashes, Offloaded: offloaded(medium)}
 }
 
 func apply(ix *Index, worker string, evs ...Event) {
-	ix.Apply(Source{Worker: worker, Model: "m"}, &Batch{Events: evs})
+	ix.Apply(Source{Worker: worker, Model: "m"}, evs)
 }
 
 var mkey = ChainKey{Model: "m"}
@@ -112,26 +112,6 @@ func TestLookupCases(t *testing.T) {
 			want:   map[string][2]int{"a": {32, 0}},
 		},
 		{
-			name: "other KV-cache group ignored",
-			setup: func(ix *Index) {
-				ev := storeEv(p, 0, 8, 100, "")
-				ev.GroupIdx = 1
-				apply(ix, "a", ev)
-			},
-			prompt: p,
-			want:   map[string][2]int{},
-		},
-		{
-			name: "sliding window kind ignored even in group 0",
-			setup: func(ix *Index) {
-				ev := storeEv(p, 0, 8, 100, "")
-				ev.SpecKind = "sliding_window"
-				apply(ix, "a", ev)
-			},
-			prompt: p,
-			want:   map[string][2]int{},
-		},
-		{
 			name: "unknown parent is unreachable, not guessed",
 			setup: func(ix *Index) {
 				apply(ix, "a", storeEv(p, 0, 2, 100, ""), storeEv(p, 3, 8, 100, ""))
@@ -142,8 +122,8 @@ func TestLookupCases(t *testing.T) {
 		{
 			name: "ranks: the deepest wins",
 			setup: func(ix *Index) {
-				ix.Apply(Source{Worker: "a", Rank: 0, Model: "m"}, &Batch{Events: []Event{storeEv(p, 0, 2, 100, "")}})
-				ix.Apply(Source{Worker: "a", Rank: 1, Model: "m"}, &Batch{Events: []Event{storeEv(p, 0, 5, 100, "")}})
+				ix.Apply(Source{Worker: "a", Rank: 0, Model: "m"}, []Event{storeEv(p, 0, 2, 100, "")})
+				ix.Apply(Source{Worker: "a", Rank: 1, Model: "m"}, []Event{storeEv(p, 0, 5, 100, "")})
 			},
 			prompt: p,
 			want:   map[string][2]int{"a": {80, 0}},
@@ -178,7 +158,7 @@ func TestLookupCases(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ix := New()
+			ix := newIndex(t)
 			tc.setup(ix)
 			got := make(map[string][2]int)
 			for _, m := range ix.Lookup(mkey, tc.prompt, testBlock) {
@@ -203,7 +183,7 @@ func TestLookupCases(t *testing.T) {
 func TestSpeculate(t *testing.T) {
 	t.Parallel()
 	clock := &fakeClock{t: time.Unix(1000, 0)}
-	ix := New(WithClock(clock.now), WithSpeculativeTTL(2*time.Second))
+	ix := newIndex(t, WithClock(clock.now), WithSpeculativeTTL(2*time.Second))
 	p := seqTokens(1, 4*testBlock+1)
 	q := seqTokens(5000, 4*testBlock+1)
 	apply(ix, "a", storeEv(q, 0, 1, 900, "")) // worker known, different prompt
@@ -245,7 +225,7 @@ func cachedOnOK(ms []Match, worker string) (Match, bool) {
 
 func TestEntryBudget(t *testing.T) {
 	t.Parallel()
-	ix := New(WithEntryBudget(8))
+	ix := newIndex(t, WithEntryBudget(8))
 	a := seqTokens(1, 4*testBlock+1)
 	b := seqTokens(1000, 4*testBlock+1)
 	c := seqTokens(2000, 4*testBlock+1)
@@ -275,27 +255,46 @@ func TestEntryBudget(t *testing.T) {
 	}
 }
 
-func TestStaleAndCaughtUp(t *testing.T) {
+func TestStale(t *testing.T) {
 	t.Parallel()
 	clock := &fakeClock{t: time.Unix(1000, 0)}
-	ix := New(WithClock(clock.now), WithStaleAfter(time.Minute))
+	ix := newIndex(t, WithClock(clock.now), WithStaleAfter(time.Minute))
 	src := Source{Worker: "a", Model: "m"}
-	ix.Apply(src, &Batch{})
-	ix.update(Source{Worker: "a", Rank: 1, Model: "m"}, func(st *SlotStatus) { st.CaughtUp = true })
-	if ix.Stale("a") || ix.CaughtUp("a") || ix.CaughtUp("nobody") || ix.Stale("nobody") {
-		t.Fatal("fresh worker stale, or caught up before rank 0 is")
+	ix.Apply(src, nil)
+	ix.AddStream(Source{Worker: "a", Rank: 1, Model: "m"}) // subscribed, silent
+	if ix.Stale("a") || ix.Stale("nobody") {
+		t.Fatal("fresh worker or unknown worker stale")
 	}
-	ix.update(src, func(st *SlotStatus) { st.CaughtUp = true })
-	if !ix.CaughtUp("a") {
-		t.Fatal("not caught up")
+	if st := statusOf(ix, Source{Worker: "a", Rank: 1}); st.Model != "m" || !st.LastEventAt.IsZero() {
+		t.Fatalf("added stream %+v, want model m and no event yet", st)
 	}
 	clock.advance(2 * time.Minute)
 	if !ix.Stale("a") {
 		t.Fatal("silent worker not stale")
 	}
-	ix.Apply(src, &Batch{})
+	ix.Apply(src, nil)
 	if ix.Stale("a") {
 		t.Fatal("rank 0 spoke; worker still stale")
+	}
+	if st := statusOf(ix, Source{Worker: "a", Rank: 1}); !st.Stale {
+		t.Error("rank 1, added and silent for two minutes, not stale")
+	}
+}
+
+// TestAddStreamModelChange checks that a stream added again under another
+// model loses its entries, which that model's chains cannot reach.
+func TestAddStreamModelChange(t *testing.T) {
+	t.Parallel()
+	ix := newIndex(t)
+	p := seqTokens(1, 4*testBlock+1)
+	apply(ix, "a", storeEv(p, 0, 4, 100, ""))
+	ix.AddStream(Source{Worker: "a", Model: "m"})
+	if gpu, _ := cachedOn(ix.Lookup(mkey, p, testBlock), "a"); gpu != 64 {
+		t.Fatalf("same model added again: %d cached, want 64", gpu)
+	}
+	ix.AddStream(Source{Worker: "a", Model: "other"})
+	if st := statusOf(ix, Source{Worker: "a"}); st.Blocks != 0 || st.Model != "other" {
+		t.Errorf("after a model change: %+v, want no blocks under model other", st)
 	}
 }
 
@@ -309,15 +308,15 @@ func TestInvalidEventsCounted(t *testing.T) {
 	}{
 		{"token count mismatch", Event{Kind: BlockStored, BlockHashes: []uint64{1, 2}, TokenIDs: p[:20], BlockSize: 16}, func(m *metrics) prometheus.Counter { return m.skipInvalid }},
 		{"zero block size", Event{Kind: BlockStored, BlockHashes: []uint64{1}, TokenIDs: p[:16]}, func(m *metrics) prometheus.Counter { return m.skipInvalid }},
-		{"extra keys misaligned", Event{Kind: BlockStored, BlockHashes: []uint64{1}, TokenIDs: p[:16], BlockSize: 16, ExtraKeys: [][]byte{nil, nil}}, func(m *metrics) prometheus.Counter { return m.skipInvalid }},
+		{"extra digests misaligned", Event{Kind: BlockStored, BlockHashes: []uint64{1}, TokenIDs: p[:16], BlockSize: 16, Extra: []uint64{0, 0}}, func(m *metrics) prometheus.Counter { return m.skipInvalid }},
+		{"unknown kind", Event{Kind: 9, BlockHashes: []uint64{1}}, func(m *metrics) prometheus.Counter { return m.skipInvalid }},
 		{"unknown parent", Event{Kind: BlockStored, BlockHashes: []uint64{1}, HasParent: true, ParentHash: 9, TokenIDs: p[:16], BlockSize: 16}, func(m *metrics) prometheus.Counter { return m.skipUnreachable }},
 		{"unknown removal", Event{Kind: BlockRemoved, BlockHashes: []uint64{77}}, func(m *metrics) prometheus.Counter { return m.skipUnknownHash }},
-		{"other group removal", Event{Kind: BlockRemoved, BlockHashes: []uint64{77}, GroupIdx: 2}, func(m *metrics) prometheus.Counter { return m.skipOtherGroup }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ix := New()
+			ix := newIndex(t)
 			apply(ix, "a", tc.ev)
 			if got := testutil.ToFloat64(tc.counter(ix.m)); got != 1 {
 				t.Errorf("counter = %v, want 1", got)
@@ -356,7 +355,7 @@ func TestIndexConcurrent(t *testing.T) {
 		return out
 	}
 	run := func(concurrent bool) *Index {
-		ix := New()
+		ix := newIndex(t)
 		var wg sync.WaitGroup
 		for w := range workers {
 			name := fmt.Sprintf("w%d", w)
@@ -377,7 +376,7 @@ func TestIndexConcurrent(t *testing.T) {
 				wg.Go(func() {
 					for i := range rounds {
 						ix.Lookup(mkey, prompts[(i+r)%len(prompts)], testBlock)
-						_ = ix.DebugWorkers()
+						_ = ix.Streams()
 					}
 				})
 			}
@@ -400,14 +399,22 @@ func sortMatches(ms []Match) {
 	slices.SortFunc(ms, func(a, b Match) int { return strings.Compare(a.Worker, b.Worker) })
 }
 
+// TestMetricsExposition applies a known sequence of events to four
+// streams and checks the exposition: 7 stores (one unreachable, one
+// invalid), 2 removals (one of an unknown block), a clear and a reset
+// leave w0's 10 blocks and the 4 of them w3 shares, 14 entries.
 func TestMetricsExposition(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewPedanticRegistry()
-	ix := New(WithRegisterer(reg))
-	applyCapture(t, ix, Source{Worker: "w0", Model: "qwen3"}, 99)
-	applyCapture(t, ix, Source{Worker: "w1", Model: "qwen3"}, 0)
-	applyCapture(t, ix, Source{Worker: "w2", Model: "qwen3"}, 0)
-	ix.Reset(Source{Worker: "w2", Model: "qwen3"}, "seq_backwards")
+	ix := newIndex(t, WithRegisterer(reg))
+	p := seqTokens(1, 12*testBlock)
+	apply(ix, "w0", storeEv(p, 0, 8, 100, ""), storeEv(p, 8, 12, 100, ""), removeEv("", 110, 111), removeEv("", 999),
+		Event{Kind: BlockStored, BlockHashes: []uint64{1}, HasParent: true, ParentHash: 5555, TokenIDs: p[:testBlock], BlockSize: testBlock},
+		Event{Kind: BlockStored, BlockHashes: []uint64{2}, TokenIDs: p[:testBlock]})
+	apply(ix, "w1", storeEv(p, 0, 8, 200, ""), Event{Kind: AllBlocksCleared})
+	apply(ix, "w2", storeEv(p, 0, 3, 300, "CPU"))
+	ix.Reset(Source{Worker: "w2", Model: "m"}, "seq_backwards")
+	apply(ix, "w3", storeEv(p, 0, 4, 400, ""))
 	f, err := os.Open("testdata/metrics.golden")
 	if err != nil {
 		t.Fatal(err)
@@ -427,7 +434,7 @@ func TestMetricsExposition(t *testing.T) {
 func TestLookupManyRuns(t *testing.T) {
 	t.Parallel()
 	const blocks = 400
-	ix := New(WithEntryBudget(1 << 20))
+	ix := newIndex(t, WithEntryBudget(1<<20))
 	prompt := seqTokens(1, blocks*testBlock+1)
 	other := seqTokens(1_000_000, blocks*testBlock)
 	for i := range blocks {
@@ -444,5 +451,69 @@ func TestLookupManyRuns(t *testing.T) {
 	apply(ix, "w") // drains the log
 	if gpu, _ := cachedOn(ix.Lookup(mkey, prompt, testBlock), "w"); gpu != blocks*testBlock {
 		t.Fatalf("after the drain: cached %d tokens, want %d", gpu, blocks*testBlock)
+	}
+}
+
+// TestChainRoots checks what roots a chain and what is folded into its
+// keys: the adapter and the salt root a chain as a request's ChainKey
+// names them, a continued chain keeps its root's, and an extra-key digest
+// ends what a plain request can match from its block on, while workers
+// that stored the same item share that block and those that stored
+// different items do not.
+func TestChainRoots(t *testing.T) {
+	t.Parallel()
+	p := seqTokens(300, 4*testBlock+1)
+	root := func(lora, salt string, extra []uint64) Event {
+		ev := storeEv(p, 0, 4, 100, "")
+		ev.LoRA, ev.Salt, ev.Extra = lora, salt, extra
+		return ev
+	}
+	continued := storeEv(p, 2, 4, 100, "")
+	continued.LoRA, continued.Salt = "sql", "tenant-a"
+	tenantA := ChainKey{Model: "m", LoRA: "sql", Salt: "tenant-a"}
+	tests := []struct {
+		name   string
+		events map[string][]Event // by worker
+		key    ChainKey
+		want   map[string]int // GPU tokens cached, by worker
+		blocks int            // distinct blocks indexed
+	}{
+		{name: "adapter and salt root the chain", events: map[string][]Event{"a": {root("sql", "tenant-a", nil)}},
+			key: tenantA, want: map[string]int{"a": 64}, blocks: 4},
+		{name: "no salt", events: map[string][]Event{"a": {root("sql", "tenant-a", nil)}},
+			key: ChainKey{Model: "m", LoRA: "sql"}, want: map[string]int{}, blocks: 4},
+		{name: "other salt", events: map[string][]Event{"a": {root("sql", "tenant-a", nil)}},
+			key: ChainKey{Model: "m", LoRA: "sql", Salt: "tenant-b"}, want: map[string]int{}, blocks: 4},
+		{name: "base model", events: map[string][]Event{"a": {root("sql", "tenant-a", nil)}},
+			key: ChainKey{Model: "m", Salt: "tenant-a"}, want: map[string]int{}, blocks: 4},
+		{name: "a continued chain keeps its root's", events: map[string][]Event{"a": {storeEv(p, 0, 2, 100, ""), continued}},
+			key: mkey, want: map[string]int{"a": 64}, blocks: 4},
+		{name: "an extra digest ends a plain request's match", events: map[string][]Event{"a": {root("", "", []uint64{0, 0, 7, 0})}},
+			key: mkey, want: map[string]int{"a": 32}, blocks: 4},
+		{name: "the same item on two workers shares keys",
+			events: map[string][]Event{"a": {root("", "", []uint64{0, 0, 7, 0})}, "b": {root("", "", []uint64{0, 0, 7, 0})}},
+			key:    mkey, want: map[string]int{"a": 32, "b": 32}, blocks: 4},
+		{name: "different items differ",
+			events: map[string][]Event{"a": {root("", "", []uint64{0, 0, 7, 0})}, "b": {root("", "", []uint64{0, 0, 8, 0})}},
+			key:    mkey, want: map[string]int{"a": 32, "b": 32}, blocks: 6},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ix := newIndex(t)
+			for w, evs := range tc.events {
+				apply(ix, w, evs...)
+			}
+			got := map[string]int{}
+			for _, m := range ix.Lookup(tc.key, p, testBlock) {
+				got[m.Worker] = m.GPUTokens
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("cached %v, want %v", got, tc.want)
+			}
+			if n := ix.keys.len(); n != tc.blocks {
+				t.Errorf("%d distinct blocks, want %d", n, tc.blocks)
+			}
+		})
 	}
 }

@@ -36,8 +36,3 @@ func chainKeys16(h uint64, tokens []uint32, out []uint64) uint64 {
 //
 //go:noescape
 func chainKeys16AES(parent uint64, tokens *uint32, n int, out *uint64) uint64
-
-// walk16AES is the walk16 kernel (walk16.go), on st's own pointers.
-//
-//go:noescape
-func walk16AES(st *walk16State)

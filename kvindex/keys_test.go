@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"unsafe"
 )
 
 // TestChainKeysMatchBlockKey checks that the written-in 16-token path of
@@ -126,19 +125,5 @@ func TestBlock16Impls(t *testing.T) {
 				key(rng.Uint64(), b, fmt.Sprintf("random block %d", n))
 			}
 		})
-	}
-}
-
-// TestNodeLayout checks the node layout that keys_amd64.s reads, and the
-// page size it assumes (4,096 nodes).
-func TestNodeLayout(t *testing.T) {
-	if pageShift != 12 {
-		t.Fatalf("pageShift %d; keys_amd64.s's NODE assumes 12", pageShift)
-	}
-	var n node
-	if unsafe.Sizeof(n) != 32 || unsafe.Offsetof(n.key) != 0 || unsafe.Offsetof(n.next) != 12 ||
-		unsafe.Offsetof(n.a) != 16 || unsafe.Offsetof(n.b) != 24 {
-		t.Fatalf("node is %d bytes, key at %d, next at %d, a at %d, b at %d; keys_amd64.s reads 32, 0, 12, 16, 24",
-			unsafe.Sizeof(n), unsafe.Offsetof(n.key), unsafe.Offsetof(n.next), unsafe.Offsetof(n.a), unsafe.Offsetof(n.b))
 	}
 }

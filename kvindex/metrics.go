@@ -1,18 +1,18 @@
 package kvindex
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"fmt"
 
-// metrics are the index's and subscribers' Prometheus collectors.
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the index's Prometheus collectors.
 type metrics struct {
-	events          [4]prometheus.Counter // by EventKind
+	events          [4]prometheus.Counter // by EventKind; 0 is unused
 	skipped         *prometheus.CounterVec
-	skipOtherGroup  prometheus.Counter
 	skipInvalid     prometheus.Counter
 	skipUnreachable prometheus.Counter
 	skipUnknownHash prometheus.Counter
-	decodeErrors    prometheus.Counter
-	gaps            prometheus.Counter
-	replays         *prometheus.CounterVec
 	resets          *prometheus.CounterVec
 	entries         prometheus.Gauge
 	nodes           prometheus.Gauge
@@ -20,33 +20,22 @@ type metrics struct {
 	lookup          prometheus.Histogram
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics builds the index's collectors and registers them with reg
+// unless it is nil.
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	events := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "warmpath", Subsystem: "kvindex", Name: "events_total",
 		Help: "KV-cache events applied to the index, by type.",
 	}, []string{"type"})
 	skipped := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "warmpath", Subsystem: "kvindex", Name: "skipped_total",
-		Help: "Events, blocks or fields not applied, by reason (unknown_event, unknown_field, other_group, invalid, unreachable_parent, unknown_hash, too_many_streams).",
+		Help: "Events or blocks the index could not apply, by reason (invalid, unreachable_parent, unknown_hash, too_many_streams).",
 	}, []string{"reason"})
 	m := &metrics{
 		skipped:         skipped,
-		skipOtherGroup:  skipped.WithLabelValues("other_group"),
 		skipInvalid:     skipped.WithLabelValues("invalid"),
 		skipUnreachable: skipped.WithLabelValues("unreachable_parent"),
 		skipUnknownHash: skipped.WithLabelValues("unknown_hash"),
-		decodeErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "warmpath", Subsystem: "kvindex", Name: "decode_errors_total",
-			Help: "KV-event messages that could not be decoded (bad framing or msgpack).",
-		}),
-		gaps: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "warmpath", Subsystem: "kvindex", Name: "gaps_total",
-			Help: "Sequence gaps seen on KV-event streams.",
-		}),
-		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "warmpath", Subsystem: "kvindex", Name: "replays_total",
-			Help: "Replay requests, by result (ok, truncated, failed).",
-		}, []string{"result"}),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "warmpath", Subsystem: "kvindex", Name: "resets_total",
 			Help: "Times a worker stream's entries were cleared, by reason (seq_backwards, gap_no_replay, gap_after_replay, replay_truncated, replay_failed).",
@@ -72,10 +61,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, k := range []EventKind{BlockStored, BlockRemoved, AllBlocksCleared} {
 		m.events[k] = events.WithLabelValues(k.String())
 	}
-	m.events[0] = prometheus.NewCounter(prometheus.CounterOpts{Name: "unused"})
-	if reg != nil {
-		reg.MustRegister(events, skipped, m.decodeErrors, m.gaps, m.replays, m.resets,
-			m.entries, m.nodes, m.evictions, m.lookup)
+	if reg == nil {
+		return m, nil
 	}
-	return m
+	for _, c := range []prometheus.Collector{events, skipped, m.resets, m.entries, m.nodes, m.evictions, m.lookup} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register kvindex metrics: %w", err)
+		}
+	}
+	return m, nil
 }

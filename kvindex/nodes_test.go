@@ -70,7 +70,7 @@ func runIndexCases(t *testing.T, cases []indexCase, fn func(t *testing.T, tc ind
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			clock := &fakeClock{t: time.Unix(1000, 0)}
-			fn(t, tc, New(WithClock(clock.now), WithEntryBudget(tc.budget), WithSpeculativeTTL(time.Second)), clock)
+			fn(t, tc, newIndex(t, WithClock(clock.now), WithEntryBudget(tc.budget), WithSpeculativeTTL(time.Second)), clock)
 		})
 	}
 }
@@ -247,7 +247,7 @@ func TestLookupLongChains(t *testing.T) {
 			prompt := append([]uint32(nil), shared[:cut*testBlock]...)
 			prompt = append(prompt, seqTokens(1_000_000+p*10_000, (blocks-cut)*testBlock)...)
 			prompts[p] = append(prompt, 7) // one more token, so the cap allows every block
-			hashes[p] = engineChain(prompts[p])
+			hashes[p] = contentHashes(prompts[p])
 		}
 		media := []string{"", "GPU", "CPU"}
 		for step := range 600 {
@@ -282,7 +282,7 @@ func TestLookupLongChains(t *testing.T) {
 // storeChain builds a BlockStored of prompt's blocks [from, to) with the
 // engine hashes given per block.
 func storeChain(prompt []uint32, hashes []uint64, from, to int, medium string) Event {
-	ev := Event{Kind: BlockStored, BlockSize: testBlock, Medium: medium,
+	ev := Event{Kind: BlockStored, BlockSize: testBlock, Offloaded: offloaded(medium),
 		BlockHashes: hashes[from:to], TokenIDs: prompt[from*testBlock : to*testBlock]}
 	if from > 0 {
 		ev.HasParent, ev.ParentHash = true, hashes[from-1]

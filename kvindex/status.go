@@ -6,42 +6,35 @@ import (
 	"time"
 )
 
-// SlotStatus describes one (worker, data-parallel rank) event stream for
-// operators (GET /debug/workers). It is a JSON-ready value.
-type SlotStatus struct {
+// StreamStatus is the index's view of one (worker, data-parallel rank)
+// event stream, for operators (GET /debug/workers merges it with the
+// subscriber's view of the same stream). It is a JSON-ready value.
+type StreamStatus struct {
 	Worker string `json:"worker"`
 	Rank   int    `json:"rank"`
 	Model  string `json:"model"`
 	// Blocks counts the blocks indexed for the stream (real entries).
 	Blocks int `json:"blocks_indexed"`
-	// LastSeq is the last applied sequence number, -1 before any.
-	LastSeq int64 `json:"last_seq"`
-	// Gaps, Replays and Resets count sequence gaps, replays performed and
-	// times the stream's entries were cleared.
-	Gaps    uint64 `json:"gaps"`
-	Replays uint64 `json:"replays"`
-	Resets  uint64 `json:"resets"`
+	// Resets counts the times the stream's entries were cleared by
+	// [Index.Reset].
+	Resets uint64 `json:"resets"`
 	// Unreachable counts stores whose parent block was unknown.
 	Unreachable uint64 `json:"unreachable_stores"`
 	// BlockSize is the block size the engine's events carry, 0 before any.
 	BlockSize int `json:"block_size_seen"`
-	// CaughtUp is true once the initial replay (or, without a replay
-	// endpoint, the subscription) is done.
-	CaughtUp bool `json:"caught_up"`
-	// LastEventAt is when the last batch arrived; zero before any.
+	// LastEventAt is when the last batch was applied; zero before any.
 	LastEventAt time.Time `json:"last_event_at,omitzero"`
 	// Stale is true when the stream has been silent for longer than the
 	// configured stale-after time.
 	Stale bool `json:"stale"`
 }
 
-// DebugWorkers returns the status of every stream, ordered by worker and
-// rank. The result is JSON-encodable.
-func (ix *Index) DebugWorkers() []SlotStatus {
+// Streams returns the status of every stream, ordered by worker and rank.
+func (ix *Index) Streams() []StreamStatus {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	now := ix.now()
-	out := make([]SlotStatus, 0, len(ix.byName))
+	out := make([]StreamStatus, 0, len(ix.byName))
 	for _, s := range ix.slots {
 		if s == nil {
 			continue
@@ -51,10 +44,22 @@ func (ix *Index) DebugWorkers() []SlotStatus {
 		st.Stale = ix.staleLocked(s, now)
 		out = append(out, st)
 	}
-	slices.SortFunc(out, func(a, b SlotStatus) int {
+	slices.SortFunc(out, func(a, b StreamStatus) int {
 		return cmp.Or(cmp.Compare(a.Worker, b.Worker), cmp.Compare(a.Rank, b.Rank))
 	})
 	return out
+}
+
+// AddStream makes src's stream known before its first batch, as a
+// subscriber does when it subscribes: the stream is listed by
+// [Index.Streams], and its silence, for [Index.Stale], counts from now.
+// A stream already known keeps its state, unless src names another model
+// than before: its entries are then cleared, since the model roots its
+// chains. It does nothing when MaxStreams are taken.
+func (ix *Index) AddStream(src Source) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.slotLocked(src)
 }
 
 func (ix *Index) staleLocked(s *slot, now time.Time) bool {
@@ -81,24 +86,6 @@ func (ix *Index) Stale(worker string) bool {
 		}
 		found = true
 		if !ix.staleLocked(s, now) {
-			return false
-		}
-	}
-	return found
-}
-
-// CaughtUp reports whether every stream of worker has finished its
-// initial replay. Unknown workers are not caught up.
-func (ix *Index) CaughtUp(worker string) bool {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	found := false
-	for _, s := range ix.slots {
-		if s == nil || s.name.worker != worker {
-			continue
-		}
-		found = true
-		if !s.status.CaughtUp {
 			return false
 		}
 	}
@@ -138,15 +125,6 @@ func (ix *Index) RemoveWorker(worker string) {
 		}
 	}
 	ix.gaugesLocked()
-}
-
-// update runs fn on the status of src's stream under the write lock.
-func (ix *Index) update(src Source, fn func(st *SlotStatus)) {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	if s := ix.slotLocked(src); s != nil {
-		fn(&s.status)
-	}
 }
 
 // BlockSizeSeen returns the block size worker's events carry (the largest

@@ -10,7 +10,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/warmpath/warmpath/kvindex"
+	"github.com/warmpath/warmpath/kvevents"
 )
 
 // kvEventsUsage is printed for a missing or unknown subcommand.
@@ -53,7 +53,7 @@ func kvEventsTail(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return errors.New("kvevents tail: --endpoint is required and takes no arguments")
 	}
 	p := newKVPrinter(stdout)
-	err := kvindex.Tail(ctx, *endpoint, *replay, *topic, func(m kvindex.Message) error {
+	err := kvevents.Tail(ctx, *endpoint, *replay, *topic, func(m kvevents.Message) error {
 		return p.print(m)
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {
@@ -96,7 +96,7 @@ func kvEventsDecode(ctx context.Context, args []string, stdin io.Reader, stdout,
 		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
 			return fmt.Errorf("kvevents decode: line %d: %w", line, err)
 		}
-		if err := p.print(kvindex.Message{Topic: c.Topic, Seq: c.Seq, Payload: c.Payload}); err != nil {
+		if err := p.print(kvevents.Message{Topic: c.Topic, Seq: c.Seq, Payload: c.Payload}); err != nil {
 			return fmt.Errorf("kvevents decode: %w", err)
 		}
 	}
@@ -112,8 +112,8 @@ func kvEventsDecode(ctx context.Context, args []string, stdin io.Reader, stdout,
 // kvPrinter decodes messages and writes them as JSON lines.
 type kvPrinter struct {
 	enc    *json.Encoder
-	dec    kvindex.Decoder
-	b      kvindex.Batch
+	dec    kvevents.Decoder
+	b      kvevents.Batch
 	total  int
 	failed int
 }
@@ -151,7 +151,7 @@ type kvEventJSON struct {
 	SlidingWindow   int      `json:"kv_cache_spec_sliding_window,omitempty"`
 }
 
-func (p *kvPrinter) print(m kvindex.Message) error {
+func (p *kvPrinter) print(m kvevents.Message) error {
 	p.total++
 	out := kvMessageJSON{Topic: m.Topic, Seq: m.Seq, Replayed: m.Replayed, Events: []kvEventJSON{}}
 	if err := p.dec.Decode(m.Payload, &p.b); err != nil {
@@ -182,7 +182,7 @@ func (p *kvPrinter) print(m kvindex.Message) error {
 			var v any
 			if raw != nil {
 				var err error
-				if v, err = kvindex.DecodeValue(raw); err != nil {
+				if v, err = kvevents.DecodeValue(raw); err != nil {
 					v = err.Error()
 				}
 			}

@@ -17,7 +17,7 @@ import (
 	"github.com/zeromq/goczmq"
 )
 
-const capture = "../../kvindex/testdata/vllm031-capture-excerpt.jsonl"
+const capture = "../../kvevents/testdata/vllm031-capture-excerpt.jsonl"
 
 func TestKVEventsDecode(t *testing.T) {
 	t.Parallel()

@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/warmpath/warmpath/discovery"
+	"github.com/warmpath/warmpath/kvevents"
 	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/scoring"
 )
@@ -223,7 +224,8 @@ type HealthConfig struct {
 	MaxEjection      Duration `yaml:"max_ejection"`
 }
 
-// KVIndexConfig tunes package kvindex.
+// KVIndexConfig tunes package kvindex (the index) and package kvevents
+// (the subscriptions feeding it: topic and replay timeout).
 type KVIndexConfig struct {
 	// EntryBudget bounds (block, worker) entries; the least recently touched
 	// chains are dropped past it. Default 4194304 (about 0.5 GiB at most).
@@ -295,7 +297,7 @@ func DefaultConfig() Config {
 			EntryBudget:    kvindex.DefaultEntryBudget,
 			StaleAfter:     Duration(kvindex.DefaultStaleAfter),
 			SpeculativeTTL: Duration(kvindex.DefaultSpeculativeTTL),
-			ReplayTimeout:  Duration(kvindex.DefaultReplayTimeout),
+			ReplayTimeout:  Duration(kvevents.DefaultReplayTimeout),
 		},
 		Scoring: scoring.DefaultConfig(),
 		Log:     LogConfig{Level: "info", Format: "text"},

@@ -39,7 +39,10 @@ func (l fixedLoad) Load(worker string) (discovery.EngineLoad, bool) {
 // advances 1 ms per decision and the scrape is renewed every second, as a
 // pool at 1,000 requests/s would see it.
 func BenchmarkDecisionRealIndex(b *testing.B) {
-	ix := kvindex.New()
+	ix, err := kvindex.New()
+	if err != nil {
+		b.Fatal(err)
+	}
 	ws := make([]discovery.Worker, 16)
 	load := fixedLoad{reports: map[string]discovery.EngineLoad{}, at: new(time.Time)}
 	rng := rand.New(rand.NewPCG(1, 1))
@@ -66,8 +69,8 @@ func BenchmarkDecisionRealIndex(b *testing.B) {
 			hashes[j] = uint64(i)<<32 | uint64(j+1)
 		}
 		w := ws[rng.IntN(len(ws))].Name
-		ix.Apply(kvindex.Source{Worker: w, Model: "m"}, &kvindex.Batch{Events: []kvindex.Event{{
-			Kind: kvindex.BlockStored, BlockHashes: hashes, TokenIDs: ids[:n*16], BlockSize: 16}}})
+		ix.Apply(kvindex.Source{Worker: w, Model: "m"}, []kvindex.Event{{
+			Kind: kvindex.BlockStored, BlockHashes: hashes, TokenIDs: ids[:n*16], BlockSize: 16}})
 	}
 	now := time.Unix(1_000_000, 0)
 	*load.at = now

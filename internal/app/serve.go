@@ -24,6 +24,7 @@ import (
 	"github.com/warmpath/warmpath/discovery"
 	"github.com/warmpath/warmpath/extproc"
 	"github.com/warmpath/warmpath/internal/component"
+	"github.com/warmpath/warmpath/kvevents"
 	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/scoring"
 	"github.com/warmpath/warmpath/telemetry"
@@ -51,16 +52,24 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	if err != nil {
 		return fmt.Errorf("discovery: %w", err)
 	}
-	index := kvindex.New(
+	index, err := kvindex.New(
 		kvindex.WithEntryBudget(cfg.KVIndex.EntryBudget),
 		kvindex.WithStaleAfter(time.Duration(cfg.KVIndex.StaleAfter)),
 		kvindex.WithSpeculativeTTL(time.Duration(cfg.KVIndex.SpeculativeTTL)),
 		kvindex.WithRegisterer(reg),
 		kvindex.WithLogger(log.With("component", "kvindex")),
 	)
-	subs := kvindex.NewSubscribers(index,
-		kvindex.WithTopic(cfg.KVIndex.Topic),
-		kvindex.WithReplayTimeout(time.Duration(cfg.KVIndex.ReplayTimeout)))
+	if err != nil {
+		return fmt.Errorf("kvindex: %w", err)
+	}
+	subs, err := kvevents.NewSubscribers(index,
+		kvevents.WithTopic(cfg.KVIndex.Topic),
+		kvevents.WithReplayTimeout(time.Duration(cfg.KVIndex.ReplayTimeout)),
+		kvevents.WithRegisterer(reg),
+		kvevents.WithLogger(log.With("component", "kvevents")))
+	if err != nil {
+		return fmt.Errorf("kvevents: %w", err)
+	}
 	guard, err := discovery.NewGuard(pool, scraper, discovery.GuardConfig{
 		BlockSize:      cfg.blockSizeOf,
 		EventBlockSize: index.BlockSizeSeen,
@@ -119,10 +128,10 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 
 	var stopping atomic.Bool
 	ready := func() bool {
-		return !stopping.Load() && pool.ReadyWhere(func(w discovery.Worker) bool { return w.KVEvents == "" || index.CaughtUp(w.Name) })
+		return !stopping.Load() && pool.ReadyWhere(func(w discovery.Worker) bool { return w.KVEvents == "" || subs.CaughtUp(w.Name) })
 	}
 	status := func() any {
-		return map[string]any{"workers": discovery.Status(pool, scraper, guard), "index": index.DebugWorkers(), "in_flight": router.InFlight()}
+		return map[string]any{"workers": discovery.Status(pool, scraper, guard), "index": mergeStreams(index.Streams(), subs.Streams()), "in_flight": router.InFlight()}
 	}
 	admin := &http.Server{
 		Handler:           newAdminHandler(reg, ready, pool, router, status),

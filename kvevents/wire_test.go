@@ -1,4 +1,4 @@
-package kvindex
+package kvevents
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/warmpath/warmpath/kvindex"
 )
 
 func TestDecodeErrors(t *testing.T) {
@@ -148,12 +150,13 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		// Whatever decodes must apply and look up without panicking.
-		ix := New(WithEntryBudget(64))
-		ix.Apply(Source{Worker: "w", Model: "m"}, &b)
+		// Whatever decodes must convert, apply and look up without
+		// panicking.
+		ix := newIndex(t, kvindex.WithEntryBudget(64))
+		feed(t, ix, kvindex.Source{Worker: "w", Model: "m"}, b.Events...)
 		for _, ev := range b.Events {
 			if ev.BlockSize > 0 && len(ev.TokenIDs) > 0 {
-				ix.Lookup(ChainKey{Model: "m", LoRA: ev.LoRAName}, append(ev.TokenIDs, 0), ev.BlockSize)
+				ix.Lookup(kvindex.ChainKey{Model: "m", LoRA: loraOf(&ev)}, append(ev.TokenIDs, 0), ev.BlockSize)
 			}
 		}
 	})

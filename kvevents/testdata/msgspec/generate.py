@@ -6,7 +6,7 @@ warmpath's vLLM spec, not copied). Each case is written as one JSON line
 with the payload (base64) and the values a decoder must produce, hashes
 already folded to uint64 as warmpath folds them.
 
-Run: /work/venvs/kvindex/bin/python generate.py > cases.jsonl
+Run: /work/venvs/kvevents/bin/python generate.py > cases.jsonl
 (needs `pip install msgspec`; the output is deterministic).
 """
 

@@ -1,4 +1,4 @@
-package kvindex
+package kvevents
 
 import (
 	"github.com/zeebo/xxh3"
@@ -7,10 +7,10 @@ import (
 // vLLM's per-block extra hash keys are, in order: the LoRA (its name, or
 // the integer id before ≈0.11.1), multimodal items, the cache salt (block 0
 // only) and prompt-embedding digests. warmpath roots chains in the LoRA name
-// and the salt, so those are recognised; every other extra key is folded
-// into the block's key, which makes requests that cannot name it (images,
-// embeddings) miss from that block on, as the engine would if the item
-// differed.
+// and the salt, so those are recognised; every other extra key goes into
+// the block's digest (kvindex.Event.Extra), which the index folds into the
+// block's key, so that requests that cannot name it (images, embeddings)
+// miss from that block on, as the engine would if the item differed.
 
 // extraKeys calls fn for each element of one block's raw extra keys.
 // Malformed input ends the walk quietly: the decoder already validated it.
@@ -59,28 +59,35 @@ func saltOf(raw []byte, ev *Event) string {
 	return string(salt)
 }
 
-// foldExtra folds a block's extra keys other than the LoRA and (on a
-// chain's first block) the salt into key.
-func foldExtra(key uint64, raw []byte, ev *Event, first bool) uint64 {
-	var salt []byte
-	if first {
-		salt = []byte(saltOf(raw, ev))
-	}
+// extraSeed starts a block's digest of extra keys.
+const extraSeed = 0x6578747261 // "extra"
+
+// extraDigest returns the digest of one block's raw extra keys other than
+// ev's LoRA and salt, the cache salt when raw holds a chain's first
+// block's keys (see saltOf) and "" otherwise: a hash of each such key's
+// msgpack bytes in turn, never 0; or 0 when there are none. Equal keys
+// give equal digests in every process.
+func extraDigest(raw []byte, ev *Event, salt string) uint64 {
 	saltSeen := false
+	h, n := uint64(extraSeed), 0
 	extraKeys(raw, func(elem []byte) {
 		if isLoRA(elem, ev) {
 			return
 		}
-		if first && !saltSeen && len(salt) > 0 {
+		if !saltSeen && salt != "" {
 			r := reader{b: elem}
-			if s, err := r.str(); err == nil && string(s) == string(salt) && r.off == len(elem) {
-				// Only the last such string is the salt; earlier equal
-				// strings are folded, which cannot match a request anyway.
+			if s, err := r.str(); err == nil && string(s) == salt && r.off == len(elem) {
+				// One copy of the salt is not digested; further equal
+				// strings are, which cannot match a request anyway.
 				saltSeen = true
 				return
 			}
 		}
-		key = xxh3.HashSeed(elem, key)
+		h = xxh3.HashSeed(elem, h)
+		n++
 	})
-	return key
+	if n == 0 {
+		return 0
+	}
+	return max(h, 1)
 }

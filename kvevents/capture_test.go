@@ -1,11 +1,11 @@
-package kvindex
+package kvevents
 
 import (
 	"slices"
 	"testing"
-)
 
-const capturePath = "testdata/vllm031-capture-excerpt.jsonl"
+	"github.com/warmpath/warmpath/kvindex"
+)
 
 func TestDecodeRealCapture(t *testing.T) {
 	t.Parallel()
@@ -66,7 +66,7 @@ func TestDecodeRealCapture(t *testing.T) {
 	}
 }
 
-// captureState decodes the capture and returns, per seq, a copy of its
+// captureStores decodes the capture and returns, per seq, a copy of its
 // BlockStored event.
 func captureStores(t *testing.T) map[uint64]Event {
 	t.Helper()
@@ -89,7 +89,9 @@ func captureStores(t *testing.T) map[uint64]Event {
 	return out
 }
 
-func applyCapture(t *testing.T, ix *Index, src Source, upTo uint64) {
+// applyCapture decodes the capture's messages up to seq upTo and applies
+// their events to ix as src's, as a stream does.
+func applyCapture(t *testing.T, ix *kvindex.Index, src kvindex.Source, upTo uint64) {
 	t.Helper()
 	var d Decoder
 	var b Batch
@@ -100,19 +102,13 @@ func applyCapture(t *testing.T, ix *Index, src Source, upTo uint64) {
 		if err := d.Decode(m.Payload, &b); err != nil {
 			t.Fatal(err)
 		}
-		ix.Apply(src, &b)
+		feed(t, ix, src, b.Events...)
 	}
 }
 
-func cachedOn(ms []Match, worker string) (gpu, off int) {
-	for _, m := range ms {
-		if m.Worker == worker {
-			return m.GPUTokens, m.OffloadedTokens
-		}
-	}
-	return 0, 0
-}
-
+// TestRealCaptureChains feeds the real capture to an index and checks the
+// cached prefixes it then answers, after removals, duplicate stores and a
+// clear.
 func TestRealCaptureChains(t *testing.T) {
 	t.Parallel()
 	stores := captureStores(t)
@@ -124,17 +120,17 @@ func TestRealCaptureChains(t *testing.T) {
 	if !slices.Equal(p1, p48) {
 		t.Fatal("seq 48 should re-store seq 1's blocks")
 	}
-	src := Source{Worker: "w0", Model: "qwen3"}
-	qwen := ChainKey{Model: "qwen3"}
-	removeBlock := func(ix *Index, hashes ...uint64) {
-		ix.Apply(src, &Batch{Events: []Event{{Kind: BlockRemoved, BlockHashes: hashes, Medium: MediumGPU}}})
+	src := kvindex.Source{Worker: "w0", Model: "qwen3"}
+	qwen := kvindex.ChainKey{Model: "qwen3"}
+	removeBlock := func(ix *kvindex.Index, hashes ...uint64) {
+		feed(t, ix, src, Event{Kind: BlockRemoved, BlockHashes: hashes, Medium: MediumGPU})
 	}
 
 	tests := []struct {
 		name   string
 		upTo   uint64
-		after  func(ix *Index)
-		key    ChainKey
+		after  func(ix *kvindex.Index)
+		key    kvindex.ChainKey
 		prompt []uint32
 		want   int
 	}{
@@ -145,49 +141,47 @@ func TestRealCaptureChains(t *testing.T) {
 		{name: "whole excerpt", upTo: 99, key: qwen, prompt: p0, want: 624},
 		{name: "prompt one token longer", upTo: 0, key: qwen, prompt: append(slices.Clone(p0), 5), want: 640},
 		{name: "prompt shorter than a block", upTo: 0, key: qwen, prompt: p0[:16], want: 0},
-		{name: "other model", upTo: 0, key: ChainKey{Model: "llama"}, prompt: p0, want: 0},
-		{name: "LoRA", upTo: 0, key: ChainKey{Model: "qwen3", LoRA: "sql"}, prompt: p0, want: 0},
-		{name: "salted", upTo: 0, key: ChainKey{Model: "qwen3", Salt: "tenant-a"}, prompt: p0, want: 0},
+		{name: "other model", upTo: 0, key: kvindex.ChainKey{Model: "llama"}, prompt: p0, want: 0},
+		{name: "LoRA", upTo: 0, key: kvindex.ChainKey{Model: "qwen3", LoRA: "sql"}, prompt: p0, want: 0},
+		{name: "salted", upTo: 0, key: kvindex.ChainKey{Model: "qwen3", Salt: "tenant-a"}, prompt: p0, want: 0},
 		{
 			name: "removed block 20 ends the chain", upTo: 0, key: qwen, prompt: p0, want: 320,
-			after: func(ix *Index) { removeBlock(ix, stores[0].BlockHashes[20]) },
+			after: func(ix *kvindex.Index) { removeBlock(ix, stores[0].BlockHashes[20]) },
 		},
 		{
 			name: "removed block 20 ends the sibling's chain too", upTo: 1, key: qwen, prompt: p1, want: 320,
-			after: func(ix *Index) { removeBlock(ix, stores[0].BlockHashes[20]) },
+			after: func(ix *kvindex.Index) { removeBlock(ix, stores[0].BlockHashes[20]) },
 		},
 		{
 			name: "removed last block of seq1", upTo: 1, key: qwen, prompt: p1, want: 512 + 7*16,
-			after: func(ix *Index) { removeBlock(ix, stores[1].BlockHashes[7]) },
+			after: func(ix *kvindex.Index) { removeBlock(ix, stores[1].BlockHashes[7]) },
 		},
 		{
 			name: "duplicate store survives one remove", upTo: 48, key: qwen, prompt: p1, want: 624,
-			after: func(ix *Index) { removeBlock(ix, stores[1].BlockHashes...) },
+			after: func(ix *kvindex.Index) { removeBlock(ix, stores[1].BlockHashes...) },
 		},
 		{
 			name: "duplicate store gone after two removes", upTo: 48, key: qwen, prompt: p1, want: 512,
-			after: func(ix *Index) {
+			after: func(ix *kvindex.Index) {
 				removeBlock(ix, stores[1].BlockHashes...)
 				removeBlock(ix, stores[1].BlockHashes...)
 			},
 		},
 		{
 			name: "all blocks cleared", upTo: 99, key: qwen, prompt: p0, want: 0,
-			after: func(ix *Index) { ix.Apply(src, &Batch{Events: []Event{{Kind: AllBlocksCleared}}}) },
+			after: func(ix *kvindex.Index) { feed(t, ix, src, Event{Kind: AllBlocksCleared}) },
 		},
 		{
 			name: "store after clear with a known parent is unreachable", upTo: 0, key: qwen, prompt: p1, want: 0,
-			after: func(ix *Index) {
-				ix.Apply(src, &Batch{Events: []Event{{Kind: AllBlocksCleared}}})
-				ev := stores[1]
-				ix.Apply(src, &Batch{Events: []Event{ev}})
+			after: func(ix *kvindex.Index) {
+				feed(t, ix, src, Event{Kind: AllBlocksCleared}, stores[1])
 			},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ix := New()
+			ix := newIndex(t)
 			applyCapture(t, ix, src, tc.upTo)
 			if tc.after != nil {
 				tc.after(ix)

@@ -1,12 +1,16 @@
-package kvindex
+package kvevents
 
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/warmpath/warmpath/discovery"
+	"github.com/warmpath/warmpath/kvindex"
 )
 
 // DefaultReplayTimeout bounds the silence of a replay endpoint before the
@@ -17,18 +21,18 @@ const DefaultReplayTimeout = 10 * time.Second
 // the replay is abandoned and the stream reset.
 const maxBuffered = 1 << 16
 
-// SubscriberOption configures [Subscribers].
-type SubscriberOption func(*Subscribers)
+// Option configures [Subscribers].
+type Option func(*Subscribers)
 
 // WithTopic sets the ZMQ topic prefix to subscribe to; the default "" takes
 // every topic.
-func WithTopic(topic string) SubscriberOption {
+func WithTopic(topic string) Option {
 	return func(s *Subscribers) { s.topic = topic }
 }
 
 // WithReplayTimeout sets how long a replay may be silent before it is
 // abandoned. d ≤ 0 keeps [DefaultReplayTimeout].
-func WithReplayTimeout(d time.Duration) SubscriberOption {
+func WithReplayTimeout(d time.Duration) Option {
 	return func(s *Subscribers) {
 		if d > 0 {
 			s.replayTimeout = d
@@ -38,36 +42,65 @@ func WithReplayTimeout(d time.Duration) SubscriberOption {
 
 // WithModelOf chooses warmpath's model name for a worker's events. The
 // default is the worker's first served model, Models[0].
-func WithModelOf(fn func(discovery.Worker) string) SubscriberOption {
+func WithModelOf(fn func(discovery.Worker) string) Option {
 	return func(s *Subscribers) { s.modelOf = fn }
 }
 
+// WithRegisterer registers the subscribers' metrics with reg. Without it,
+// metrics are kept but not exported.
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return func(s *Subscribers) { s.reg = reg }
+}
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) Option {
+	return func(s *Subscribers) { s.log = l }
+}
+
 // Subscribers keeps one ZMQ subscription per worker and data-parallel rank
-// feeding an [Index]: it tracks sequence numbers, replays gaps from the
-// engine's replay endpoint, and resets a stream whose engine restarted or
-// whose lost events cannot be replayed.
+// feeding a [kvindex.Index]: it decodes each message, hands its events to
+// the index, tracks sequence numbers, replays gaps from the engine's
+// replay endpoint, and resets a stream whose engine restarted or whose
+// lost events cannot be replayed. It owns what it learns of each stream
+// (last seq, gaps, replays, whether it caught up), which [Subscribers.Streams]
+// and [Subscribers.CaughtUp] report; the index owns its entries.
 //
-// Update may be called from any goroutine at any time; Run owns every
-// subscription goroutine and returns after they have all stopped.
+// Update, Streams and CaughtUp may be called from any goroutine at any
+// time; Run owns every subscription goroutine and returns after they have
+// all stopped.
 type Subscribers struct {
-	ix            *Index
+	ix            *kvindex.Index
 	topic         string
 	replayTimeout time.Duration
 	modelOf       func(discovery.Worker) string
+	reg           prometheus.Registerer
+	log           *slog.Logger
+	m             *metrics
 
 	mu      sync.Mutex
 	pending []discovery.Worker
 	updated bool
 	trigger chan struct{} // one slot: coalesces bursts of updates
+
+	statusMu sync.Mutex
+	status   map[streamName]*StreamStatus // kept until the worker leaves
 }
 
-// NewSubscribers returns Subscribers feeding ix. They log through the
-// logger and count into the metrics ix was built with. Nothing is
-// subscribed until Update and Run are called.
-func NewSubscribers(ix *Index, opts ...SubscriberOption) *Subscribers {
+// streamName identifies one event stream: a worker's data-parallel rank.
+type streamName struct {
+	worker string
+	rank   int
+}
+
+// NewSubscribers returns Subscribers feeding ix. Nothing is subscribed
+// until Update and Run are called. It fails only when its metrics cannot
+// be registered with the [WithRegisterer] registerer.
+func NewSubscribers(ix *kvindex.Index, opts ...Option) (*Subscribers, error) {
 	s := &Subscribers{
 		ix:            ix,
 		replayTimeout: DefaultReplayTimeout,
+		log:           slog.New(slog.DiscardHandler),
+		status:        make(map[streamName]*StreamStatus),
 		modelOf: func(w discovery.Worker) string {
 			if len(w.Models) == 0 {
 				return ""
@@ -79,7 +112,12 @@ func NewSubscribers(ix *Index, opts ...SubscriberOption) *Subscribers {
 	for _, o := range opts {
 		o(s)
 	}
-	return s
+	m, err := newMetrics(s.reg)
+	if err != nil {
+		return nil, err
+	}
+	s.m = m
+	return s, nil
 }
 
 // Update replaces the worker set. Workers without a KVEvents endpoint are
@@ -97,7 +135,7 @@ func (s *Subscribers) Update(workers []discovery.Worker) {
 
 // streamSpec is what a stream goroutine is started with; a change restarts it.
 type streamSpec struct {
-	src      Source
+	src      kvindex.Source
 	endpoint string
 	replay   string
 }
@@ -111,7 +149,7 @@ type running struct {
 // Run subscribes and unsubscribes as Update changes the worker set, until
 // ctx ends. It returns nil after every subscription has stopped.
 func (s *Subscribers) Run(ctx context.Context) error {
-	streams := make(map[slotName]*running)
+	streams := make(map[streamName]*running)
 	var wg sync.WaitGroup
 	defer func() {
 		for _, r := range streams {
@@ -132,7 +170,7 @@ func (s *Subscribers) Run(ctx context.Context) error {
 		if !updated {
 			continue
 		}
-		want := make(map[slotName]streamSpec)
+		want := make(map[streamName]streamSpec)
 		for _, w := range workers {
 			if w.KVEvents == "" {
 				continue
@@ -140,17 +178,17 @@ func (s *Subscribers) Run(ctx context.Context) error {
 			for rank := range w.Ranks() {
 				ep, err := RankEndpoint(w.KVEvents, rank)
 				if err != nil {
-					s.ix.log.Error("kv events endpoint", "worker", w.Name, "rank", rank, "err", err)
+					s.log.Error("kv events endpoint", "worker", w.Name, "rank", rank, "err", err)
 					continue
 				}
-				spec := streamSpec{src: Source{Worker: w.Name, Rank: rank, Model: s.modelOf(w)}, endpoint: ep}
+				spec := streamSpec{src: kvindex.Source{Worker: w.Name, Rank: rank, Model: s.modelOf(w)}, endpoint: ep}
 				if w.KVReplay != "" {
 					if spec.replay, err = RankEndpoint(w.KVReplay, rank); err != nil {
-						s.ix.log.Error("kv replay endpoint", "worker", w.Name, "rank", rank, "err", err)
+						s.log.Error("kv replay endpoint", "worker", w.Name, "rank", rank, "err", err)
 						continue
 					}
 				}
-				want[slotName{w.Name, rank}] = spec
+				want[streamName{w.Name, rank}] = spec
 			}
 		}
 		gone := make(map[string]bool)
@@ -181,12 +219,13 @@ func (s *Subscribers) Run(ctx context.Context) error {
 		for worker := range gone {
 			if !s.hasWorker(streams, worker) {
 				s.ix.RemoveWorker(worker)
+				s.forget(worker)
 			}
 		}
 	}
 }
 
-func (s *Subscribers) hasWorker(streams map[slotName]*running, worker string) bool {
+func (s *Subscribers) hasWorker(streams map[streamName]*running, worker string) bool {
 	for name := range streams {
 		if name.worker == worker {
 			return true
@@ -199,13 +238,14 @@ func (s *Subscribers) hasWorker(streams map[slotName]*running, worker string) bo
 // socket errors.
 func (s *Subscribers) runStream(ctx context.Context, spec streamSpec) {
 	st := &stream{s: s, spec: spec, last: -1, dupTo: -1}
-	s.ix.update(spec.src, func(ss *SlotStatus) { ss.CaughtUp = false })
+	s.ix.AddStream(spec.src)
+	s.update(spec.src, func(ss *StreamStatus) { ss.CaughtUp = false })
 	for ctx.Err() == nil {
 		err := st.run(ctx)
 		if err == nil || ctx.Err() != nil {
 			return
 		}
-		s.ix.log.Error("kv events stream", "worker", spec.src.Worker, "rank", spec.src.Rank, "err", err)
+		s.log.Error("kv events stream", "worker", spec.src.Worker, "rank", spec.src.Rank, "err", err)
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
@@ -220,6 +260,7 @@ type stream struct {
 	c    *conn
 	dec  Decoder
 	b    Batch
+	conv converter
 	last int64 // last applied seq, -1 before any
 	// anchored is true when the next seq is known to be last+1: after a
 	// successful initial replay, or once a first live message was applied.
@@ -242,11 +283,11 @@ func (st *stream) run(ctx context.Context) error {
 		// Initial replay: learn what the engine's buffer still holds.
 		st.replayFrom(ctx, uint64(st.last+1))
 	}
-	st.s.ix.update(st.spec.src, func(ss *SlotStatus) { ss.CaughtUp = true })
+	st.s.update(st.spec.src, func(ss *StreamStatus) { ss.CaughtUp = true })
 	for ctx.Err() == nil {
 		m, ok, err := c.next()
 		if errors.Is(err, ErrFrame) {
-			st.s.ix.m.decodeErrors.Inc()
+			st.s.m.decodeErrors.Inc()
 			continue
 		}
 		if err != nil {
@@ -267,7 +308,7 @@ func (st *stream) live(ctx context.Context, m Message) {
 	}
 	switch {
 	case m.Seq == endSeq:
-		st.s.ix.m.decodeErrors.Inc()
+		st.s.m.decodeErrors.Inc()
 	case !st.anchored || seq == st.last+1:
 		st.apply(m)
 	case st.dupTo >= 0 && seq >= st.dupFrom:
@@ -276,8 +317,8 @@ func (st *stream) live(ctx context.Context, m Message) {
 		st.reset("seq_backwards")
 		st.apply(m)
 	default:
-		st.s.ix.m.gaps.Inc()
-		st.s.ix.update(st.spec.src, func(ss *SlotStatus) { ss.Gaps++ })
+		st.s.m.gaps.Inc()
+		st.s.update(st.spec.src, func(ss *StreamStatus) { ss.Gaps++ })
 		if st.spec.replay == "" {
 			st.reset("gap_no_replay")
 			st.apply(m)
@@ -300,7 +341,7 @@ func (st *stream) replayFrom(ctx context.Context, start uint64, pre ...Message) 
 			first = false
 			if m.Seq != start && !initial {
 				// The engine no longer holds what we missed.
-				st.s.ix.m.replays.WithLabelValues("truncated").Inc()
+				st.s.m.replays.WithLabelValues("truncated").Inc()
 				st.reset("replay_truncated")
 			}
 			st.dupFrom = int64(m.Seq)
@@ -316,13 +357,13 @@ func (st *stream) replayFrom(ctx context.Context, start uint64, pre ...Message) 
 		}
 		buffered = append(buffered, m)
 	})
-	st.s.ix.update(st.spec.src, func(ss *SlotStatus) { ss.Replays++ })
+	st.s.update(st.spec.src, func(ss *StreamStatus) { ss.Replays++ })
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return
 	case err != nil || overflow:
-		st.s.ix.m.replays.WithLabelValues("failed").Inc()
-		st.s.ix.log.Warn("kv events replay failed", "worker", st.spec.src.Worker, "rank", st.spec.src.Rank,
+		st.s.m.replays.WithLabelValues("failed").Inc()
+		st.s.log.Warn("kv events replay failed", "worker", st.spec.src.Worker, "rank", st.spec.src.Rank,
 			"start", start, "err", err, "overflow", overflow)
 		if !initial {
 			st.reset("replay_failed")
@@ -330,7 +371,7 @@ func (st *stream) replayFrom(ctx context.Context, start uint64, pre ...Message) 
 		st.anchored = false // accept the next message as a new start
 		st.dupTo = -1
 	default:
-		st.s.ix.m.replays.WithLabelValues("ok").Inc()
+		st.s.m.replays.WithLabelValues("ok").Inc()
 		st.anchored = true
 	}
 	for _, m := range buffered {
@@ -342,31 +383,27 @@ func (st *stream) replayFrom(ctx context.Context, start uint64, pre ...Message) 
 			// Duplicate of a replayed batch.
 		default:
 			// Still a hole after the replay: what is missing is lost.
-			st.s.ix.m.gaps.Inc()
+			st.s.m.gaps.Inc()
 			st.reset("gap_after_replay")
 			st.apply(m)
 		}
 	}
 }
 
+// apply decodes m and applies its events to the index, then records its
+// seq: a reader that sees the seq sees the events applied.
 func (st *stream) apply(m Message) {
 	st.last = int64(m.Seq)
 	st.anchored = true
 	if err := st.dec.Decode(m.Payload, &st.b); err != nil {
-		st.s.ix.m.decodeErrors.Inc()
-		st.s.ix.log.Warn("kv events decode", "worker", st.spec.src.Worker, "rank", st.spec.src.Rank, "seq", m.Seq, "err", err)
-		st.s.ix.update(st.spec.src, func(ss *SlotStatus) { ss.LastSeq = st.last })
-		return
+		st.s.m.decodeErrors.Inc()
+		st.s.log.Warn("kv events decode", "worker", st.spec.src.Worker, "rank", st.spec.src.Rank, "seq", m.Seq, "err", err)
+	} else {
+		st.s.ix.Apply(st.spec.src, st.conv.convert(&st.b, st.s.m))
 	}
-	st.s.ix.applySeq(st.spec.src, &st.b, st.last)
+	st.s.update(st.spec.src, func(ss *StreamStatus) { ss.LastSeq = st.last })
 }
 
 func (st *stream) reset(reason string) {
 	st.s.ix.Reset(st.spec.src, reason)
-}
-
-// applySeq applies a batch and records its seq in one critical section.
-func (ix *Index) applySeq(src Source, b *Batch, seq int64) {
-	ix.Apply(src, b)
-	ix.update(src, func(ss *SlotStatus) { ss.LastSeq = seq })
 }

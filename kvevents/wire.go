@@ -1,4 +1,4 @@
-package kvindex
+package kvevents
 
 import (
 	"bytes"
@@ -7,30 +7,20 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/warmpath/warmpath/kvindex"
 )
 
-// EventKind is the type of one KV-cache event.
-type EventKind uint8
+// EventKind is the type of one KV-cache event: the index's kinds are
+// vLLM's, and String returns the vLLM tag.
+type EventKind = kvindex.EventKind
 
 // The event kinds vLLM publishes.
 const (
-	BlockStored EventKind = iota + 1
-	BlockRemoved
-	AllBlocksCleared
+	BlockStored      = kvindex.BlockStored
+	BlockRemoved     = kvindex.BlockRemoved
+	AllBlocksCleared = kvindex.AllBlocksCleared
 )
-
-// String returns the vLLM tag of k.
-func (k EventKind) String() string {
-	switch k {
-	case BlockStored:
-		return "BlockStored"
-	case BlockRemoved:
-		return "BlockRemoved"
-	case AllBlocksCleared:
-		return "AllBlocksCleared"
-	}
-	return fmt.Sprintf("EventKind(%d)", uint8(k))
-}
 
 // MediumGPU is the medium of blocks in the engine's device block pool, and
 // the medium assumed when an event carries none (vLLM before 0.11).

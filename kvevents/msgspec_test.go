@@ -1,4 +1,4 @@
-package kvindex
+package kvevents
 
 import (
 	"bufio"
@@ -6,6 +6,8 @@ import (
 	"os"
 	"slices"
 	"testing"
+
+	"github.com/warmpath/warmpath/kvindex"
 )
 
 // golden is one msgspec-produced case from testdata/msgspec/generate.py.
@@ -120,13 +122,13 @@ func TestMsgspecLoRAAndSalt(t *testing.T) {
 	prompt := append(goldenTokens(300, 48), 1)
 	tests := []struct {
 		name string
-		key  ChainKey
+		key  kvindex.ChainKey
 		want int
 	}{
-		{name: "adapter and salt match block 0 only", key: ChainKey{Model: "m", LoRA: "sql", Salt: "tenant-a"}, want: 16},
-		{name: "no salt", key: ChainKey{Model: "m", LoRA: "sql"}, want: 0},
-		{name: "other salt", key: ChainKey{Model: "m", LoRA: "sql", Salt: "tenant-b"}, want: 0},
-		{name: "base model", key: ChainKey{Model: "m", Salt: "tenant-a"}, want: 0},
+		{name: "adapter and salt match block 0 only", key: kvindex.ChainKey{Model: "m", LoRA: "sql", Salt: "tenant-a"}, want: 16},
+		{name: "no salt", key: kvindex.ChainKey{Model: "m", LoRA: "sql"}, want: 0},
+		{name: "other salt", key: kvindex.ChainKey{Model: "m", LoRA: "sql", Salt: "tenant-b"}, want: 0},
+		{name: "base model", key: kvindex.ChainKey{Model: "m", Salt: "tenant-a"}, want: 0},
 	}
 	for _, g := range loadGoldens(t) {
 		if g.Name != "v0.2x-array-ints" && g.Name != "map-era-bytes" {
@@ -137,10 +139,10 @@ func TestMsgspecLoRAAndSalt(t *testing.T) {
 		if err := d.Decode(g.Payload, &b); err != nil {
 			t.Fatal(err)
 		}
-		ix := New()
+		ix := newIndex(t)
 		// The first event is the LoRA store; the second (sliding window
-		// group) must be ignored by the index.
-		ix.Apply(Source{Worker: "w", Model: "m"}, &Batch{Events: b.Events[:2]})
+		// group) must not reach the index.
+		feed(t, ix, kvindex.Source{Worker: "w", Model: "m"}, b.Events[:2]...)
 		for _, tc := range tests {
 			gpu, _ := cachedOn(ix.Lookup(tc.key, prompt, 16), "w")
 			if gpu != tc.want {

@@ -1,4 +1,4 @@
-package kvindex
+package kvevents
 
 import (
 	"encoding/binary"
@@ -12,6 +12,7 @@ import (
 	"github.com/zeromq/goczmq"
 
 	"github.com/warmpath/warmpath/discovery"
+	"github.com/warmpath/warmpath/kvindex"
 )
 
 // fakeEngine publishes KV events like a vLLM engine: a PUB socket, a
@@ -35,8 +36,6 @@ type fakeEngine struct {
 	stop   chan struct{}
 	done   chan struct{}
 }
-
-const testBlock = 16
 
 func newFakeEngine(t *testing.T, topic string, replay, replayTopic bool, ringCap int) *fakeEngine {
 	t.Helper()
@@ -268,20 +267,20 @@ func TestLiveSubscriberConverges(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			eng := newFakeEngine(t, tc.topic, tc.replay, tc.replayTopic, tc.ringCap)
-			ix := New()
-			subs := NewSubscribers(ix, WithTopic(tc.topic), WithReplayTimeout(5*time.Second))
+			ix := newIndex(t)
+			subs := newSubscribers(t, ix, WithTopic(tc.topic), WithReplayTimeout(5*time.Second))
 			ctx := t.Context()
 			done := make(chan error, 1)
 			go func() { done <- subs.Run(ctx) }()
 			w := discovery.Worker{Name: "w0", Models: []string{"qwen3"}, KVEvents: eng.pubEP, KVReplay: eng.routerEP}
 			subs.Update([]discovery.Worker{w})
-			src := Source{Worker: "w0", Model: "qwen3"}
-			waitFor(t, "caught up", func() bool { return ix.CaughtUp("w0") })
+			src := kvindex.Source{Worker: "w0", Model: "qwen3"}
+			waitFor(t, "caught up", func() bool { return subs.CaughtUp("w0") })
 			if !tc.replay {
 				// No replay: wait until the SUB is surely connected.
 				for i := 0; ; i++ {
 					eng.step(seqTokens(50000+i*testBlock, testBlock+1), 0, false)
-					if statusOf(ix, src).LastSeq >= 0 {
+					if statusOf(subs, src).LastSeq >= 0 {
 						break
 					}
 					time.Sleep(10 * time.Millisecond) // pacing the probe, not an assertion
@@ -292,14 +291,14 @@ func TestLiveSubscriberConverges(t *testing.T) {
 			for i, p := range prompts {
 				if tc.restartAt > 0 && i == tc.restartAt {
 					last := int64(eng.seq - 1)
-					waitFor(t, "pre-restart seq", func() bool { return statusOf(ix, src).LastSeq == last })
+					waitFor(t, "pre-restart seq", func() bool { return statusOf(subs, src).LastSeq == last })
 					eng.restart()
 				}
 				eng.step(p, rng.IntN(3), i < steps-3 && tc.drop(i))
 			}
 			last := int64(eng.seq - 1)
-			waitFor(t, "last seq applied", func() bool { return statusOf(ix, src).LastSeq == last })
-			key := ChainKey{Model: "qwen3"}
+			waitFor(t, "last seq applied", func() bool { return statusOf(subs, src).LastSeq == last })
+			key := kvindex.ChainKey{Model: "qwen3"}
 			check := func() string {
 				for i, p := range prompts {
 					got, _ := cachedOn(ix.Lookup(key, p, testBlock), "w0")
@@ -315,15 +314,15 @@ func TestLiveSubscriberConverges(t *testing.T) {
 			if msg != "" {
 				t.Fatal(msg)
 			}
-			st := statusOf(ix, src)
-			if tc.wantResets != (st.Resets > 0) || tc.wantGaps != (st.Gaps > 0) {
-				t.Errorf("resets=%d gaps=%d, want resets %v gaps %v", st.Resets, st.Gaps, tc.wantResets, tc.wantGaps)
+			st, resets := statusOf(subs, src), indexStatusOf(ix, src).Resets
+			if tc.wantResets != (resets > 0) || tc.wantGaps != (st.Gaps > 0) {
+				t.Errorf("resets=%d gaps=%d, want resets %v gaps %v", resets, st.Gaps, tc.wantResets, tc.wantGaps)
 			}
 			if tc.replay && st.Replays == 0 {
 				t.Error("no replay recorded")
 			}
 			subs.Update(nil)
-			waitFor(t, "worker removed", func() bool { return len(ix.DebugWorkers()) == 0 })
+			waitFor(t, "worker removed", func() bool { return len(ix.Streams()) == 0 && len(subs.Streams()) == 0 })
 		})
 	}
 }
@@ -334,13 +333,25 @@ func every(n int) func(int) bool { return func(i int) bool { return i%n == n-1 }
 
 func between(lo, hi int) func(int) bool { return func(i int) bool { return i >= lo && i < hi } }
 
-func statusOf(ix *Index, src Source) SlotStatus {
-	for _, st := range ix.DebugWorkers() {
+// statusOf returns the subscribers' status of src's stream, or a zero
+// one (LastSeq -1).
+func statusOf(subs *Subscribers, src kvindex.Source) StreamStatus {
+	for _, st := range subs.Streams() {
 		if st.Worker == src.Worker && st.Rank == src.Rank {
 			return st
 		}
 	}
-	return SlotStatus{LastSeq: -1}
+	return StreamStatus{LastSeq: -1}
+}
+
+// indexStatusOf returns the index's status of src's stream, or a zero one.
+func indexStatusOf(ix *kvindex.Index, src kvindex.Source) kvindex.StreamStatus {
+	for _, st := range ix.Streams() {
+		if st.Worker == src.Worker && st.Rank == src.Rank {
+			return st
+		}
+	}
+	return kvindex.StreamStatus{}
 }
 
 // waitFor polls cond until it holds or a generous deadline passes. The
@@ -384,8 +395,8 @@ func bindPair(t *testing.T) (*goczmq.Sock, *goczmq.Sock, int) {
 func TestLiveDataParallelRanks(t *testing.T) {
 	t.Parallel()
 	p0, p1, port := bindPair(t)
-	ix := New()
-	subs := NewSubscribers(ix)
+	ix := newIndex(t)
+	subs := newSubscribers(t, ix)
 	go func() { _ = subs.Run(t.Context()) }()
 	subs.Update([]discovery.Worker{{Name: "w", Models: []string{"m"}, KVEvents: fmt.Sprintf("tcp://127.0.0.1:%d", port), DataParallelSize: 2}})
 	prompt := seqTokens(1, 6*testBlock+1)
@@ -405,17 +416,17 @@ func TestLiveDataParallelRanks(t *testing.T) {
 	}{{p0, 0, 2}, {p1, 1, 5}} {
 		waitFor(t, fmt.Sprintf("rank %d", r.rank), func() bool {
 			send(r.pub, 0, r.blocks)
-			return statusOf(ix, Source{Worker: "w", Rank: r.rank}).LastSeq == 0
+			return statusOf(subs, kvindex.Source{Worker: "w", Rank: r.rank}).LastSeq == 0
 		})
 	}
 	// A resend still queued arrives as seq 0 again: the stream takes it for
 	// an engine restart, clears the rank and applies it, and a lookup in
 	// between sees the rank empty. Wait for the resends to settle.
 	waitFor(t, "the lookup to find rank 1 with 80 tokens", func() bool {
-		ms := ix.Lookup(ChainKey{Model: "m"}, prompt, testBlock)
+		ms := ix.Lookup(kvindex.ChainKey{Model: "m"}, prompt, testBlock)
 		return len(ms) == 1 && ms[0].Rank == 1 && ms[0].GPUTokens == 5*testBlock
 	})
-	if n := len(ix.DebugWorkers()); n != 2 {
+	if n := len(ix.Streams()); n != 2 || len(subs.Streams()) != 2 {
 		t.Errorf("%d streams, want 2", n)
 	}
 }

@@ -1,0 +1,54 @@
+package kvevents
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the subscribers' Prometheus collectors.
+type metrics struct {
+	decodeErrors     prometheus.Counter
+	gaps             prometheus.Counter
+	replays          *prometheus.CounterVec
+	skipped          *prometheus.CounterVec
+	skipUnknownEvent prometheus.Counter
+	skipUnknownField prometheus.Counter
+	skipOtherGroup   prometheus.Counter
+}
+
+// newMetrics builds the subscribers' collectors and registers them with
+// reg unless it is nil.
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	skipped := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "warmpath", Subsystem: "kvevents", Name: "skipped_total",
+		Help: "Decoded events or fields not handed to the index, by reason (unknown_event, unknown_field, other_group).",
+	}, []string{"reason"})
+	m := &metrics{
+		decodeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "warmpath", Subsystem: "kvevents", Name: "decode_errors_total",
+			Help: "KV-event messages that could not be decoded (bad framing or msgpack).",
+		}),
+		gaps: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "warmpath", Subsystem: "kvevents", Name: "gaps_total",
+			Help: "Sequence gaps seen on KV-event streams.",
+		}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "warmpath", Subsystem: "kvevents", Name: "replays_total",
+			Help: "Replay requests, by result (ok, truncated, failed).",
+		}, []string{"result"}),
+		skipped:          skipped,
+		skipUnknownEvent: skipped.WithLabelValues("unknown_event"),
+		skipUnknownField: skipped.WithLabelValues("unknown_field"),
+		skipOtherGroup:   skipped.WithLabelValues("other_group"),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.decodeErrors, m.gaps, m.replays, skipped} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register kvevents metrics: %w", err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,84 @@
+package kvevents
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/warmpath/warmpath/kvindex"
+)
+
+// StreamStatus is the subscriber's view of one (worker, data-parallel
+// rank) event stream, for operators (GET /debug/workers merges it with
+// the index's view of the same stream, [kvindex.StreamStatus]). It is a
+// JSON-ready value.
+type StreamStatus struct {
+	Worker string `json:"worker"`
+	Rank   int    `json:"rank"`
+	Model  string `json:"model"`
+	// LastSeq is the last applied sequence number, -1 before any.
+	LastSeq int64 `json:"last_seq"`
+	// Gaps and Replays count sequence gaps seen and replays performed.
+	Gaps    uint64 `json:"gaps"`
+	Replays uint64 `json:"replays"`
+	// CaughtUp is true once the initial replay (or, without a replay
+	// endpoint, the subscription) is done.
+	CaughtUp bool `json:"caught_up"`
+}
+
+// Streams returns the status of every stream subscribed so far whose
+// worker is still in the set, ordered by worker and rank.
+func (s *Subscribers) Streams() []StreamStatus {
+	s.statusMu.Lock()
+	defer s.statusMu.Unlock()
+	out := make([]StreamStatus, 0, len(s.status))
+	for _, st := range s.status {
+		out = append(out, *st)
+	}
+	slices.SortFunc(out, func(a, b StreamStatus) int {
+		return cmp.Or(cmp.Compare(a.Worker, b.Worker), cmp.Compare(a.Rank, b.Rank))
+	})
+	return out
+}
+
+// CaughtUp reports whether every stream of worker has finished its
+// initial replay. Unknown workers are not caught up.
+func (s *Subscribers) CaughtUp(worker string) bool {
+	s.statusMu.Lock()
+	defer s.statusMu.Unlock()
+	found := false
+	for name, st := range s.status {
+		if name.worker != worker {
+			continue
+		}
+		found = true
+		if !st.CaughtUp {
+			return false
+		}
+	}
+	return found
+}
+
+// update runs fn on the status of src's stream, creating it.
+func (s *Subscribers) update(src kvindex.Source, fn func(st *StreamStatus)) {
+	s.statusMu.Lock()
+	defer s.statusMu.Unlock()
+	name := streamName{src.Worker, src.Rank}
+	st := s.status[name]
+	if st == nil {
+		st = &StreamStatus{Worker: src.Worker, Rank: src.Rank, LastSeq: -1}
+		s.status[name] = st
+	}
+	st.Model = src.Model
+	fn(st)
+}
+
+// forget drops the status of every stream of worker.
+func (s *Subscribers) forget(worker string) {
+	s.statusMu.Lock()
+	defer s.statusMu.Unlock()
+	for name := range s.status {
+		if name.worker == worker {
+			delete(s.status, name)
+		}
+	}
+}
