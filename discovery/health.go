@@ -19,19 +19,42 @@ type HealthConfig struct {
 	// FailureThreshold is how many consecutive failures (5xx, or no
 	// response) eject a worker. A failure to connect ejects at once.
 	// Default 3.
-	FailureThreshold int
+	FailureThreshold int `yaml:"failure_threshold"`
 	// BaseEjection is the first ejection period; each further ejection
 	// without a success in between doubles it. Default 1 s.
-	BaseEjection time.Duration
+	BaseEjection time.Duration `yaml:"base_ejection"`
 	// MaxEjection caps the ejection period. Default 30 s.
-	MaxEjection time.Duration
+	MaxEjection time.Duration `yaml:"max_ejection"`
 	// ActiveInterval is the period of active GET /health checks. Zero
 	// selects 5 s; a negative value disables active checking.
-	ActiveInterval time.Duration
+	ActiveInterval time.Duration `yaml:"active_interval"`
 	// ActiveTimeout bounds one /health request. Default 2 s.
-	ActiveTimeout time.Duration
+	ActiveTimeout time.Duration `yaml:"active_timeout"`
 	// ActivePath is the path checked. Default "/health".
-	ActivePath string
+	ActivePath string `yaml:"active_path"`
+}
+
+// DefaultHealthConfig returns the defaults documented on HealthConfig,
+// written out: what the discovery.health section of warmpath's
+// configuration starts from.
+func DefaultHealthConfig() HealthConfig {
+	return HealthConfig{FailureThreshold: 3, BaseEjection: time.Second, MaxEjection: 30 * time.Second, ActiveInterval: 5 * time.Second}
+}
+
+// Validate reports every invalid field, joined. Zero fields are valid
+// except where a written configuration must say something positive.
+func (c HealthConfig) Validate() error {
+	var errs []error
+	if c.FailureThreshold < 1 {
+		errs = append(errs, fmt.Errorf("failure_threshold: %d, want at least 1", c.FailureThreshold))
+	}
+	if c.BaseEjection <= 0 || c.MaxEjection < c.BaseEjection {
+		errs = append(errs, fmt.Errorf("base_ejection, max_ejection: %v, %v, want 0 < base_ejection ≤ max_ejection", c.BaseEjection, c.MaxEjection))
+	}
+	if c.ActiveTimeout < 0 {
+		errs = append(errs, fmt.Errorf("active_timeout: %v is negative", c.ActiveTimeout))
+	}
+	return errors.Join(errs...)
 }
 
 func (c HealthConfig) withDefaults() HealthConfig {

@@ -56,32 +56,38 @@ var InferencePoolGVR = schema.GroupVersionResource{
 // overriding them.
 type PodDefaults struct {
 	// HTTPPort is the vLLM HTTP port. Default 8000.
-	HTTPPort int
+	HTTPPort int `yaml:"http_port"`
 	// KVEventsPort and KVReplayPort are the ZMQ ports of rank 0; zero
 	// means the pod publishes no events, or offers no replay.
-	KVEventsPort int
-	KVReplayPort int
+	KVEventsPort int `yaml:"kv_events_port"`
+	KVReplayPort int `yaml:"kv_replay_port"`
 	// DataParallelSize is the number of ranks; zero means one.
-	DataParallelSize int
+	DataParallelSize int `yaml:"data_parallel_size"`
 	// Models are the served model names.
-	Models []string
+	Models []string `yaml:"models"`
 }
 
-// KubeConfig selects the pods of a Kubernetes source.
+// KubeConfig selects the pods of a Kubernetes source: the
+// discovery.kubernetes section of warmpath's configuration, which turns the
+// source on when Namespace is set.
 type KubeConfig struct {
 	// Namespace holds the pods (and the InferencePool). Required.
-	Namespace string
+	Namespace string `yaml:"namespace"`
 	// LabelSelector selects pods (Kubernetes selector syntax). With
 	// InferencePool set both must match. Empty selects every pod, which
 	// only makes sense with InferencePool.
-	LabelSelector string
+	LabelSelector string `yaml:"label_selector"`
 	// InferencePool, when set, names an InferencePool (v1) in Namespace
 	// whose spec.selector.matchLabels selects the pods and whose
 	// spec.targetPorts are the HTTP ports: each port of each pod is a
 	// worker, named "pod" for a single port and "pod-port" otherwise.
-	InferencePool string
-	// Defaults are the per-pod settings that annotations override.
-	Defaults PodDefaults
+	InferencePool string `yaml:"inference_pool"`
+	// Kubeconfig is a kubeconfig path; empty tries $KUBECONFIG,
+	// ~/.kube/config, then in-cluster credentials (see KubeClients).
+	Kubeconfig string `yaml:"kubeconfig"`
+	// Defaults are the per-pod settings that annotations override
+	// (deploy/README.md lists the warmpath.io/* annotations).
+	Defaults PodDefaults `yaml:"defaults"`
 }
 
 // Validate reports configuration errors.

@@ -28,16 +28,35 @@ type WorkerLister interface {
 // field selects its default.
 type ScrapeConfig struct {
 	// Interval between scrapes of every worker. Default 1 s.
-	Interval time.Duration
+	Interval time.Duration `yaml:"interval"`
 	// Timeout bounds one scrape. Default Interval.
-	Timeout time.Duration
+	Timeout time.Duration `yaml:"timeout"`
 	// MaxAge is how old the last successful scrape may be before the load
 	// is stale. Default 3 × Interval.
-	MaxAge time.Duration
+	MaxAge time.Duration `yaml:"max_age"`
 	// MaxBytes bounds a /metrics body. Default 8 MiB.
-	MaxBytes int64
+	MaxBytes int64 `yaml:"max_bytes"`
 	// Concurrency bounds scrapes in flight. Default 16.
-	Concurrency int
+	Concurrency int `yaml:"concurrency"`
+}
+
+// DefaultScrapeConfig returns what the discovery.scrape section of
+// warmpath's configuration starts from: a 1 s interval and a 3 s maximum
+// age; the other fields are zero, which selects their defaults.
+func DefaultScrapeConfig() ScrapeConfig {
+	return ScrapeConfig{Interval: time.Second, MaxAge: 3 * time.Second}
+}
+
+// Validate reports every invalid field, joined.
+func (c ScrapeConfig) Validate() error {
+	var errs []error
+	if c.Interval <= 0 || c.MaxAge <= 0 {
+		errs = append(errs, fmt.Errorf("interval, max_age: %v, %v, want both positive", c.Interval, c.MaxAge))
+	}
+	if c.Timeout < 0 || c.MaxBytes < 0 || c.Concurrency < 0 {
+		errs = append(errs, errors.New("timeout, max_bytes, concurrency: must not be negative (0 selects the default)"))
+	}
+	return errors.Join(errs...)
 }
 
 func (c ScrapeConfig) withDefaults() ScrapeConfig {

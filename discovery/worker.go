@@ -9,21 +9,21 @@ import "slices"
 // publication.
 type Worker struct {
 	// Name identifies the worker in logs, metrics and the index. Unique in a snapshot.
-	Name string
+	Name string `yaml:"name"`
 	// Address is the host:port of the worker's OpenAI-compatible HTTP server.
-	Address string
+	Address string `yaml:"address"`
 	// Models lists the served model names (what clients put in "model").
-	Models []string
+	Models []string `yaml:"models"`
 	// KVEvents is the ZMQ PUB endpoint of data-parallel rank 0
 	// (tcp://host:port); rank r publishes on port+r. Empty when the worker
 	// publishes no KV events.
-	KVEvents string
+	KVEvents string `yaml:"kv_events"`
 	// KVReplay is the ZMQ ROUTER replay endpoint of rank 0 (port+r for rank r).
 	// Empty when replay is not offered.
-	KVReplay string
+	KVReplay string `yaml:"kv_replay"`
 	// DataParallelSize is the number of data-parallel engine ranks behind
 	// the worker's HTTP address. Zero means one.
-	DataParallelSize int
+	DataParallelSize int `yaml:"data_parallel_size"`
 }
 
 // Serves reports whether w serves the model name.

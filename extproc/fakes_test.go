@@ -117,14 +117,13 @@ var testWorkers = []discovery.Worker{
 
 func testConfig() Config {
 	return Config{
-		DestinationHeader:   "x-gateway-destination-endpoint",
-		MetadataNamespace:   "envoy.lb",
-		MaxBodyBytes:        1 << 20,
-		MaxResponseBytes:    1 << 20,
-		DefaultRequestMode:  filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
-		DefaultResponseMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
-		RetryAfter:          2,
-		AssignmentTTL:       time.Hour,
+		DestinationHeader: "x-gateway-destination-endpoint",
+		MetadataNamespace: "envoy.lb",
+		MaxBodyBytes:      1 << 20,
+		MaxResponseBytes:  1 << 20,
+		BodyMode:          "full_duplex",
+		RetryAfter:        2,
+		AssignmentTTL:     time.Hour,
 	}
 }
 

@@ -76,7 +76,7 @@ func (s *Server) handle(ctx context.Context, ex *exchange, r *extprocv3.Processi
 	p := &ex.proto
 	if !p.modesKnown {
 		p.modesKnown = true
-		p.reqMode, p.respMode = s.cfg.DefaultRequestMode, s.cfg.DefaultResponseMode
+		p.reqMode, p.respMode = s.cfg.modes()
 		if pc := r.GetProtocolConfig(); pc != nil {
 			p.reqMode, p.respMode = pc.GetRequestBodyMode(), pc.GetResponseBodyMode()
 		}

@@ -91,7 +91,7 @@ func (s *Server) decide(ctx context.Context, ex *exchange) (*extprocv3.CommonRes
 	s.m.inFlight.WithLabelValues(dec.Worker).Inc()
 	s.m.decision.Observe(s.now().Sub(start).Seconds())
 	ex.log.Debug("routed", "model", r.Model, "worker", dec.Worker, "policy", dec.Policy, "mode", dec.Mode, "reason", dec.Reason)
-	cr, md := routeMutation(s.cfg.DestinationHeader, s.cfg.MetadataNamespace, dec.Address)
+	cr, md := routeMutation(s.cfg.DestinationHeader, s.cfg.metadataNamespace(), dec.Address)
 	s.observeDecision(ex, cr)
 	return cr, md, nil
 }

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -52,30 +51,6 @@ type Pool interface {
 // that fails can be ejected. err is reserved for transport failures.
 type HealthReporter interface {
 	ReportResult(worker string, status int, err error)
-}
-
-// Config tunes a Server. The zero value is not usable; fill every field.
-type Config struct {
-	// DestinationHeader carries the chosen worker's host:port to Envoy.
-	DestinationHeader string
-	// MetadataNamespace receives the destination as dynamic metadata too;
-	// empty disables.
-	MetadataNamespace string
-	// MaxBodyBytes is the largest request body accepted (413 above).
-	MaxBodyBytes int
-	// MaxResponseBytes bounds the non-streamed response kept for its usage.
-	MaxResponseBytes int
-	// DefaultRequestMode and DefaultResponseMode are assumed when Envoy sends
-	// no protocol_config (Envoy before 1.34).
-	DefaultRequestMode, DefaultResponseMode filterv3.ProcessingMode_BodySendMode
-	// DebugHeaders adds x-warmpath-worker and x-warmpath-reason to responses.
-	DebugHeaders bool
-	// RetryAfter is the Retry-After value, in seconds, on 503 replies.
-	RetryAfter int
-	// AssignmentTTL ends an assignment whose response has not ended that
-	// long after it was routed (the stream goes on; only the reservation and
-	// the outcome end).
-	AssignmentTTL time.Duration
 }
 
 // Server is the ext_proc gRPC service. Each Process call handles one HTTP

@@ -1,6 +1,8 @@
 package extproc
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -29,31 +31,86 @@ const attributesNamespace = "envoy.filters.http.ext_proc"
 const maxTenantLen = 128
 
 // TenantConfig says where the tenant identity comes from and how it is
-// labelled on metrics. The zero value has no tenants.
+// labelled on metrics: the tenant section of warmpath's configuration. The
+// zero value has no tenants; DefaultTenantConfig adds jwt_authn's
+// metadata namespace.
 type TenantConfig struct {
-	// Trust selects the source.
-	Trust TenantTrust
+	// Trust is "" (default: no tenants), "attribute" (an Envoy request
+	// attribute such as the mTLS peer's URI SAN), "jwt" (a claim verified by
+	// Envoy's jwt_authn and forwarded as metadata) or "header" (a request
+	// header, believed blindly: WARNING, only safe when a proxy in front of
+	// Envoy always sets or strips it).
+	Trust TenantTrust `yaml:"trust"`
 	// Attribute is the request attribute expression exactly as listed in the
-	// ext_proc filter's request_attributes (TrustAttribute), e.g.
+	// ext_proc filter's request_attributes (trust: attribute), e.g.
 	// "connection.uri_san_peer_certificate".
-	Attribute string
-	// MetadataNamespace and MetadataPath locate the claim in the forwarded
-	// dynamic metadata (TrustJWT), e.g. "envoy.filters.http.jwt_authn" and
-	// ["jwt_payload", "tenant"] for payload_in_metadata: jwt_payload.
-	MetadataNamespace string
-	MetadataPath      []string
+	Attribute string `yaml:"attribute"`
+	// Metadata locates the claim in the forwarded dynamic metadata (trust:
+	// jwt): namespace default envoy.filters.http.jwt_authn, path e.g.
+	// [jwt_payload, tenant] for payload_in_metadata: jwt_payload.
+	Metadata TenantMetadata `yaml:"metadata"`
 	// TrimPrefix is removed from the front of the value (for instance a
 	// SPIFFE trust-domain prefix); a value without it is rejected.
-	TrimPrefix string
-	// Header is the tenant header: the source under TrustHeader; under the
-	// other sources a client-set copy is ignored. Either way warmpath removes
-	// it from the upstream request.
-	Header string
-	// Labels adds a tenant label to the GenAI request metrics. Tenants in
-	// Allow get their own value, every other tenant "other", and requests
-	// without one "none".
-	Labels bool
-	Allow  []string
+	TrimPrefix string `yaml:"trim_prefix"`
+	// Header is the tenant header (required for trust: header). Under every
+	// trust warmpath removes it from the upstream request; under attribute
+	// and jwt a client-set copy is ignored and counted.
+	Header string `yaml:"header"`
+	// Labels adds a tenant label to the GenAI request metrics. Default false.
+	Labels bool `yaml:"labels"`
+	// Allow lists the tenants that get their own label value; every other
+	// tenant is "other", requests without one "none".
+	Allow []string `yaml:"allow"`
+}
+
+// TenantMetadata is a path into forwarded dynamic metadata.
+type TenantMetadata struct {
+	Namespace string   `yaml:"namespace"`
+	Path      []string `yaml:"path"`
+}
+
+// DefaultTenantConfig returns no tenants, with jwt_authn's namespace ready
+// for trust: jwt.
+func DefaultTenantConfig() TenantConfig {
+	return TenantConfig{Metadata: TenantMetadata{Namespace: "envoy.filters.http.jwt_authn"}}
+}
+
+// Validate reports every invalid field, joined.
+func (c *TenantConfig) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch c.Trust {
+	case TrustNone:
+	case TrustAttribute:
+		if c.Attribute == "" {
+			bad("attribute: required with trust: attribute")
+		}
+	case TrustJWT:
+		if c.Metadata.Namespace == "" || len(c.Metadata.Path) == 0 {
+			bad("metadata: namespace and path required with trust: jwt")
+		}
+	case TrustHeader:
+		if c.Header == "" {
+			bad("header: required with trust: header")
+		}
+	default:
+		bad("trust: want attribute, jwt or header, got %q", c.Trust)
+	}
+	if c.Header != "" && !validHeaderName(c.Header) {
+		bad("header: want a lower-case header name, got %q", c.Header)
+	}
+	if c.Labels && c.Trust == TrustNone {
+		bad("labels: set without a tenant source (trust)")
+	}
+	if len(c.Allow) > 0 && !c.Labels {
+		bad("allow: set without labels: true")
+	}
+	for _, a := range c.Allow {
+		if a == tenantLabelOther || a == tenantLabelNone || a == "" {
+			bad("allow: %q is reserved", a)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // WithTenant takes tenant identities from c's source.
@@ -82,7 +139,7 @@ func (s *Server) identify(ex *exchange, r *extprocv3.ProcessingRequest) {
 		v, ok := r.GetAttributes()[attributesNamespace].GetFields()[c.Attribute]
 		raw, present = v.GetStringValue(), ok
 	case TrustJWT:
-		raw, present = metadataString(r, c.MetadataNamespace, c.MetadataPath)
+		raw, present = metadataString(r, c.Metadata.Namespace, c.Metadata.Path)
 	case TrustHeader:
 		raw, present = headerCarrier(r.GetRequestHeaders().GetHeaders().GetHeaders()).Get(c.Header), true
 	}

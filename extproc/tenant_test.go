@@ -34,7 +34,7 @@ func tenantRequest(attr map[string]any, md map[string]any, headers ...string) *e
 func TestTenantIdentity(t *testing.T) {
 	t.Parallel()
 	attrCfg := TenantConfig{Trust: TrustAttribute, Attribute: sanAttr, TrimPrefix: "spiffe://warmpath.test/tenant/", Header: "x-tenant"}
-	jwtCfg := TenantConfig{Trust: TrustJWT, MetadataNamespace: "envoy.filters.http.jwt_authn", MetadataPath: []string{"jwt_payload", "tenant"}, Header: "x-tenant"}
+	jwtCfg := TenantConfig{Trust: TrustJWT, Metadata: TenantMetadata{Namespace: "envoy.filters.http.jwt_authn", Path: []string{"jwt_payload", "tenant"}}, Header: "x-tenant"}
 	hdrCfg := TenantConfig{Trust: TrustHeader, Header: "x-tenant"}
 	tests := []struct {
 		name   string

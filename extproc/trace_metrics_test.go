@@ -75,7 +75,7 @@ func TestMetricsExpositionGolden(t *testing.T) {
 	}{
 		{name: "v1.41", semconv: telemetry.Semconv{}},
 		{name: "latest-tenants", semconv: telemetry.Semconv{Latest: true}, tenant: TenantConfig{
-			Trust: TrustJWT, MetadataNamespace: "envoy.filters.http.jwt_authn", MetadataPath: []string{"jwt_payload", "tenant"},
+			Trust: TrustJWT, Metadata: TenantMetadata{Namespace: "envoy.filters.http.jwt_authn", Path: []string{"jwt_payload", "tenant"}},
 			Header: "x-tenant", Labels: true, Allow: []string{"acme"},
 		}},
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/kvindex"
 )
 
@@ -98,7 +99,7 @@ func BenchmarkIngest(b *testing.B) {
 	var d Decoder
 	var bt Batch
 	var c converter
-	m, err := newMetrics(nil)
+	m, err := newMetrics(component.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func BenchmarkIngest(b *testing.B) {
 	b.ResetTimer()
 	start, cpu0 := time.Now(), processCPU()
 	for b.Loop() {
-		ix := newIndex(b)
+		ix := newIndex(b, nil)
 		for _, p := range payloads {
 			if err := d.Decode(p, &bt); err != nil {
 				b.Fatal(err)

@@ -181,7 +181,7 @@ func TestRealCaptureChains(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ix := newIndex(t)
+			ix := newIndex(t, nil)
 			applyCapture(t, ix, src, tc.upTo)
 			if tc.after != nil {
 				tc.after(ix)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/kvindex"
 )
 
@@ -61,8 +62,8 @@ func TestConvert(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ix := newIndex(t)
-			m, err := newMetrics(nil)
+			ix := newIndex(t, nil)
+			m, err := newMetrics(component.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +89,7 @@ func TestConvertExtra(t *testing.T) {
 	item := func(id string) []byte { return (&enc{}).arr(1).arr(2).str(id).uint(4).b }
 	extra := func(parent bool, keys ...[]byte) []uint64 {
 		t.Helper()
-		m, err := newMetrics(nil)
+		m, err := newMetrics(component.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,9 @@ import (
 	"os"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/kvindex"
 )
 
@@ -19,19 +22,23 @@ const testBlock = 16
 const capturePath = "testdata/vllm031-capture-excerpt.jsonl"
 
 // newIndex returns kvindex.New(opts...), failing tb if it fails.
-func newIndex(tb testing.TB, opts ...kvindex.Option) *kvindex.Index {
+func newIndex(tb testing.TB, reg prometheus.Registerer, set ...func(*kvindex.Config)) *kvindex.Index {
 	tb.Helper()
-	ix, err := kvindex.New(opts...)
+	cfg := kvindex.DefaultConfig()
+	for _, f := range set {
+		f(&cfg)
+	}
+	ix, err := kvindex.New(cfg, component.Options{Registerer: reg})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return ix
 }
 
-// newSubscribers returns NewSubscribers(ix, opts...), failing tb if it fails.
-func newSubscribers(tb testing.TB, ix *kvindex.Index, opts ...Option) *Subscribers {
+// newSubscribers returns NewSubscribers(ix, cfg, o), failing tb if it fails.
+func newSubscribers(tb testing.TB, ix *kvindex.Index, cfg Config, o component.Options) *Subscribers {
 	tb.Helper()
-	s, err := NewSubscribers(ix, opts...)
+	s, err := NewSubscribers(ix, cfg, o)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -41,7 +48,7 @@ func newSubscribers(tb testing.TB, ix *kvindex.Index, opts ...Option) *Subscribe
 // feed converts wire events as a stream does and applies them to ix.
 func feed(tb testing.TB, ix *kvindex.Index, src kvindex.Source, evs ...Event) {
 	tb.Helper()
-	m, err := newMetrics(nil)
+	m, err := newMetrics(component.Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/zeromq/goczmq"
 
 	"github.com/warmpath/warmpath/discovery"
+	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/kvindex"
 )
 
@@ -267,8 +268,8 @@ func TestLiveSubscriberConverges(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			eng := newFakeEngine(t, tc.topic, tc.replay, tc.replayTopic, tc.ringCap)
-			ix := newIndex(t)
-			subs := newSubscribers(t, ix, WithTopic(tc.topic), WithReplayTimeout(5*time.Second))
+			ix := newIndex(t, nil)
+			subs := newSubscribers(t, ix, Config{Topic: tc.topic, ReplayTimeout: 5 * time.Second}, component.Options{})
 			ctx := t.Context()
 			done := make(chan error, 1)
 			go func() { done <- subs.Run(ctx) }()
@@ -395,8 +396,8 @@ func bindPair(t *testing.T) (*goczmq.Sock, *goczmq.Sock, int) {
 func TestLiveDataParallelRanks(t *testing.T) {
 	t.Parallel()
 	p0, p1, port := bindPair(t)
-	ix := newIndex(t)
-	subs := newSubscribers(t, ix)
+	ix := newIndex(t, nil)
+	subs := newSubscribers(t, ix, DefaultConfig(), component.Options{})
 	go func() { _ = subs.Run(t.Context()) }()
 	subs.Update([]discovery.Worker{{Name: "w", Models: []string{"m"}, KVEvents: fmt.Sprintf("tcp://127.0.0.1:%d", port), DataParallelSize: 2}})
 	prompt := seqTokens(1, 6*testBlock+1)

@@ -1,9 +1,9 @@
 package kvevents
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warmpath/warmpath/internal/component"
 )
 
 // metrics are the subscribers' Prometheus collectors.
@@ -17,9 +17,8 @@ type metrics struct {
 	skipOtherGroup   prometheus.Counter
 }
 
-// newMetrics builds the subscribers' collectors and registers them with
-// reg unless it is nil.
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// newMetrics builds the subscribers' collectors and registers them.
+func newMetrics(o component.Options) (*metrics, error) {
 	skipped := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "warmpath", Subsystem: "kvevents", Name: "skipped_total",
 		Help: "Decoded events or fields not handed to the index, by reason (unknown_event, unknown_field, other_group).",
@@ -42,13 +41,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		skipUnknownField: skipped.WithLabelValues("unknown_field"),
 		skipOtherGroup:   skipped.WithLabelValues("other_group"),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.decodeErrors, m.gaps, m.replays, skipped} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register kvevents metrics: %w", err)
-		}
+	if err := o.Register("kvevents", m.decodeErrors, m.gaps, m.replays, skipped); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

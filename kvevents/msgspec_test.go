@@ -139,7 +139,7 @@ func TestMsgspecLoRAAndSalt(t *testing.T) {
 		if err := d.Decode(g.Payload, &b); err != nil {
 			t.Fatal(err)
 		}
-		ix := newIndex(t)
+		ix := newIndex(t, nil)
 		// The first event is the LoRA store; the second (sliding window
 		// group) must not reach the index.
 		feed(t, ix, kvindex.Source{Worker: "w", Model: "m"}, b.Events[:2]...)

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/kvindex"
 )
 
@@ -23,7 +24,7 @@ var emptyBatch = batch(0, func(*enc) {})
 
 func TestCaughtUp(t *testing.T) {
 	t.Parallel()
-	subs := newSubscribers(t, newIndex(t))
+	subs := newSubscribers(t, newIndex(t, nil), DefaultConfig(), component.Options{})
 	r0, r1 := kvindex.Source{Worker: "a", Model: "m"}, kvindex.Source{Worker: "a", Rank: 1, Model: "m"}
 	testStream(subs, r0)
 	testStream(subs, r1)
@@ -67,8 +68,8 @@ func TestStreamSequence(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			reg := prometheus.NewPedanticRegistry()
-			ix := newIndex(t, kvindex.WithRegisterer(reg))
-			subs := newSubscribers(t, ix)
+			ix := newIndex(t, reg)
+			subs := newSubscribers(t, ix, DefaultConfig(), component.Options{})
 			src := kvindex.Source{Worker: "w", Model: "m"}
 			st := testStream(subs, src)
 			for _, seq := range tc.seqs {
@@ -131,8 +132,8 @@ func counterValue(t *testing.T, reg prometheus.Gatherer, name, value string) flo
 func TestMetricsExposition(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewPedanticRegistry()
-	ix := newIndex(t, kvindex.WithRegisterer(reg))
-	subs := newSubscribers(t, ix, WithRegisterer(reg))
+	ix := newIndex(t, reg)
+	subs := newSubscribers(t, ix, DefaultConfig(), component.Options{Registerer: reg})
 	msgs := loadCapture(t, capturePath)
 	play := func(worker string, seqs []uint64, payloads ...[]byte) {
 		st := testStream(subs, kvindex.Source{Worker: worker, Model: "qwen3"})

@@ -1,15 +1,16 @@
 package kvevents
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/warmpath/warmpath/discovery"
+	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/kvindex"
 )
 
@@ -21,40 +22,35 @@ const DefaultReplayTimeout = 10 * time.Second
 // the replay is abandoned and the stream reset.
 const maxBuffered = 1 << 16
 
-// Option configures [Subscribers].
-type Option func(*Subscribers)
-
-// WithTopic sets the ZMQ topic prefix to subscribe to; the default "" takes
-// every topic.
-func WithTopic(topic string) Option {
-	return func(s *Subscribers) { s.topic = topic }
+// Config tunes the subscribers: its keys sit in the kvindex section of
+// warmpath's configuration, beside kvindex.Config's.
+type Config struct {
+	// Topic is the ZMQ topic prefix subscribed to; "" (default) takes every
+	// topic.
+	Topic string `yaml:"topic"`
+	// ReplayTimeout abandons a replay silent this long. Default 10s; 0
+	// selects it.
+	ReplayTimeout time.Duration `yaml:"replay_timeout"`
 }
 
-// WithReplayTimeout sets how long a replay may be silent before it is
-// abandoned. d ≤ 0 keeps [DefaultReplayTimeout].
-func WithReplayTimeout(d time.Duration) Option {
-	return func(s *Subscribers) {
-		if d > 0 {
-			s.replayTimeout = d
-		}
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config { return Config{ReplayTimeout: DefaultReplayTimeout} }
+
+// Validate reports every invalid field.
+func (c *Config) Validate() error {
+	if c.ReplayTimeout < 0 {
+		return fmt.Errorf("replay_timeout: %v is negative", c.ReplayTimeout)
 	}
+	return nil
 }
+
+// Option configures an optional knob of [NewSubscribers].
+type Option func(*Subscribers)
 
 // WithModelOf chooses warmpath's model name for a worker's events. The
 // default is the worker's first served model, Models[0].
 func WithModelOf(fn func(discovery.Worker) string) Option {
 	return func(s *Subscribers) { s.modelOf = fn }
-}
-
-// WithRegisterer registers the subscribers' metrics with reg. Without it,
-// metrics are kept but not exported.
-func WithRegisterer(reg prometheus.Registerer) Option {
-	return func(s *Subscribers) { s.reg = reg }
-}
-
-// WithLogger sets the logger; the default discards.
-func WithLogger(l *slog.Logger) Option {
-	return func(s *Subscribers) { s.log = l }
 }
 
 // Subscribers keeps one ZMQ subscription per worker and data-parallel rank
@@ -73,7 +69,6 @@ type Subscribers struct {
 	topic         string
 	replayTimeout time.Duration
 	modelOf       func(discovery.Worker) string
-	reg           prometheus.Registerer
 	log           *slog.Logger
 	m             *metrics
 
@@ -92,14 +87,18 @@ type streamName struct {
 	rank   int
 }
 
-// NewSubscribers returns Subscribers feeding ix. Nothing is subscribed
-// until Update and Run are called. It fails only when its metrics cannot
-// be registered with the [WithRegisterer] registerer.
-func NewSubscribers(ix *kvindex.Index, opts ...Option) (*Subscribers, error) {
+// NewSubscribers returns Subscribers feeding ix, configured by cfg.
+// Nothing is subscribed until Update and Run are called. It fails when cfg
+// is invalid or its metrics cannot be registered.
+func NewSubscribers(ix *kvindex.Index, cfg Config, o component.Options, opts ...Option) (*Subscribers, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("kvevents: %w", err)
+	}
 	s := &Subscribers{
 		ix:            ix,
-		replayTimeout: DefaultReplayTimeout,
-		log:           slog.New(slog.DiscardHandler),
+		topic:         cfg.Topic,
+		replayTimeout: cmp.Or(cfg.ReplayTimeout, DefaultReplayTimeout),
+		log:           o.Log(),
 		status:        make(map[streamName]*StreamStatus),
 		modelOf: func(w discovery.Worker) string {
 			if len(w.Models) == 0 {
@@ -109,10 +108,10 @@ func NewSubscribers(ix *kvindex.Index, opts ...Option) (*Subscribers, error) {
 		},
 		trigger: make(chan struct{}, 1),
 	}
-	for _, o := range opts {
-		o(s)
+	for _, opt := range opts {
+		opt(s)
 	}
-	m, err := newMetrics(s.reg)
+	m, err := newMetrics(o)
 	if err != nil {
 		return nil, err
 	}

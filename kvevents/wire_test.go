@@ -152,7 +152,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		// Whatever decodes must convert, apply and look up without
 		// panicking.
-		ix := newIndex(t, kvindex.WithEntryBudget(64))
+		ix := newIndex(t, nil, func(c *kvindex.Config) { c.EntryBudget = 64 })
 		feed(t, ix, kvindex.Source{Worker: "w", Model: "m"}, b.Events...)
 		for _, ev := range b.Events {
 			if ev.BlockSize > 0 && len(ev.TokenIDs) > 0 {

@@ -14,7 +14,7 @@ import (
 // 4096 unrelated blocks per worker in 16-block chains, sharing first
 // blocks across workers as system prompts do.
 func lookupIndex(tb testing.TB, workers int) (*Index, []uint32) {
-	ix := newIndex(tb, WithEntryBudget(1<<24))
+	ix := newIndex(tb, budget(1<<24))
 	rng := rand.New(rand.NewPCG(5, 6))
 	prompt := randTokens(rng, 512*testBlock+1)
 	for w := range workers {
@@ -248,7 +248,7 @@ func BenchmarkIndexMemory(b *testing.B) {
 				var before, after runtime.MemStats
 				runtime.GC()
 				runtime.ReadMemStats(&before)
-				ix := newIndex(b, WithEntryBudget(entries*2))
+				ix := newIndex(b, budget(entries*2))
 				rng := rand.New(rand.NewPCG(1, uint64(share)))
 				chains := entries / share / 16
 				for c := range chains {

@@ -1,18 +1,47 @@
 package kvindex
 
 import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/warmpath/warmpath/internal/component"
 )
 
 // testBlock is the block size of the tests' events, vLLM's default.
 const testBlock = 16
 
-// newIndex returns New(opts...), failing tb if it fails.
-func newIndex(tb testing.TB, opts ...Option) *Index {
+// indexOption changes the configuration or the component options a test
+// index is built with.
+type indexOption func(*Config, *component.Options)
+
+func budget(n int) indexOption { return func(c *Config, _ *component.Options) { c.EntryBudget = n } }
+func staleAfter(d time.Duration) indexOption {
+	return func(c *Config, _ *component.Options) { c.StaleAfter = d }
+}
+func specTTL(d time.Duration) indexOption {
+	return func(c *Config, _ *component.Options) { c.SpeculativeTTL = d }
+}
+func clockAt(now func() time.Time) indexOption {
+	return func(_ *Config, o *component.Options) { o.Clock = now }
+}
+func registerer(reg prometheus.Registerer) indexOption {
+	return func(_ *Config, o *component.Options) { o.Registerer = reg }
+}
+
+// newIndex returns New over DefaultConfig changed by opts, failing tb if it
+// fails.
+func newIndex(tb testing.TB, opts ...indexOption) *Index {
 	tb.Helper()
-	ix, err := New(opts...)
+	cfg, o := DefaultConfig(), component.Options{}
+	for _, opt := range opts {
+		opt(&cfg, &o)
+	}
+	ix, err := New(cfg, o)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,12 +1,15 @@
 package kvindex
 
 import (
+	"cmp"
+	"errors"
+	"fmt"
 	"log/slog"
 	"math/bits"
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/warmpath/warmpath/internal/component"
 )
 
 // Defaults for [New].
@@ -19,51 +22,40 @@ const (
 	DefaultSpeculativeTTL = 5 * time.Second
 )
 
-// Option configures an [Index] built by [New].
-type Option func(*Index)
+// Config tunes an Index: the kvindex section of warmpath's configuration
+// (with kvevents.Config's keys beside it). Field comments give the unit and
+// the default.
+type Config struct {
+	// EntryBudget bounds the (block, worker) entries the index holds,
+	// speculative entries included. Past it, the least recently touched
+	// blocks are dropped, chain tails before their roots. Default 4194304
+	// (about 0.25 GiB at most); 0 selects it.
+	EntryBudget int `yaml:"entry_budget"`
+	// StaleAfter is how long a worker may publish nothing before
+	// [Index.Stale] reports it; 0 disables staleness. An idle vLLM engine
+	// publishes nothing, so it must exceed normal lulls. Default 5m.
+	StaleAfter time.Duration `yaml:"stale_after"`
+	// SpeculativeTTL is how long the blocks of a just-routed request count
+	// as cached on the chosen worker before its real events arrive, unless
+	// a real event replaces them first. Default 5s; 0 selects it.
+	SpeculativeTTL time.Duration `yaml:"speculative_ttl"`
+}
 
-// WithEntryBudget bounds the number of (block, worker) entries the index
-// holds, speculative entries included. Past it, the least recently touched
-// blocks are dropped, chain tails before their roots. n < 1 keeps the default.
-func WithEntryBudget(n int) Option {
-	return func(ix *Index) {
-		if n > 0 {
-			ix.budget = n
-		}
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{EntryBudget: DefaultEntryBudget, StaleAfter: DefaultStaleAfter, SpeculativeTTL: DefaultSpeculativeTTL}
+}
+
+// Validate reports every invalid field, joined.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.EntryBudget < 0 {
+		errs = append(errs, fmt.Errorf("entry_budget: %d is negative", c.EntryBudget))
 	}
-}
-
-// WithStaleAfter sets how long a worker may publish nothing before
-// [Index.Stale] reports it. Zero or negative disables staleness. Note that
-// an idle vLLM engine publishes nothing, so this must exceed normal lulls.
-func WithStaleAfter(d time.Duration) Option {
-	return func(ix *Index) { ix.staleAfter = d }
-}
-
-// WithSpeculativeTTL sets how long a speculative entry lives unless a real
-// event replaces it first. d ≤ 0 keeps the default.
-func WithSpeculativeTTL(d time.Duration) Option {
-	return func(ix *Index) {
-		if d > 0 {
-			ix.specTTL = d
-		}
+	if c.StaleAfter < 0 || c.SpeculativeTTL < 0 {
+		errs = append(errs, fmt.Errorf("stale_after, speculative_ttl: %v, %v, must not be negative", c.StaleAfter, c.SpeculativeTTL))
 	}
-}
-
-// WithRegisterer registers the index's metrics with reg. Without it,
-// metrics are kept but not exported.
-func WithRegisterer(reg prometheus.Registerer) Option {
-	return func(ix *Index) { ix.reg = reg }
-}
-
-// WithLogger sets the logger; the default discards.
-func WithLogger(l *slog.Logger) Option {
-	return func(ix *Index) { ix.log = l }
-}
-
-// WithClock replaces time.Now, for tests.
-func WithClock(now func() time.Time) Option {
-	return func(ix *Index) { ix.now = now }
+	return errors.Join(errs...)
 }
 
 // Index maps chains of token blocks to the workers (and data-parallel ranks)
@@ -103,7 +95,6 @@ type Index struct {
 	budget     int
 	staleAfter time.Duration
 	specTTL    time.Duration
-	reg        prometheus.Registerer
 	log        *slog.Logger
 	now        func() time.Time
 	m          *metrics
@@ -136,22 +127,22 @@ type specItem struct {
 	until int64
 }
 
-// New returns an empty Index. It fails only when its metrics cannot be
-// registered with the [WithRegisterer] registerer.
-func New(opts ...Option) (*Index, error) {
+// New returns an empty Index configured by cfg. It fails when cfg is
+// invalid or its metrics cannot be registered.
+func New(cfg Config, o component.Options) (*Index, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("kvindex: %w", err)
+	}
 	ix := &Index{
 		nnodes:     1,
 		byName:     make(map[slotName]uint16),
-		budget:     DefaultEntryBudget,
-		staleAfter: DefaultStaleAfter,
-		specTTL:    DefaultSpeculativeTTL,
-		log:        slog.New(slog.DiscardHandler),
-		now:        time.Now,
+		budget:     cmp.Or(cfg.EntryBudget, DefaultEntryBudget),
+		staleAfter: cfg.StaleAfter,
+		specTTL:    cmp.Or(cfg.SpeculativeTTL, DefaultSpeculativeTTL),
+		log:        o.Log(),
+		now:        o.Now(),
 	}
-	for _, o := range opts {
-		o(ix)
-	}
-	m, err := newMetrics(ix.reg)
+	m, err := newMetrics(o)
 	if err != nil {
 		return nil, err
 	}

@@ -183,7 +183,7 @@ func TestLookupCases(t *testing.T) {
 func TestSpeculate(t *testing.T) {
 	t.Parallel()
 	clock := &fakeClock{t: time.Unix(1000, 0)}
-	ix := newIndex(t, WithClock(clock.now), WithSpeculativeTTL(2*time.Second))
+	ix := newIndex(t, clockAt(clock.now), specTTL(2*time.Second))
 	p := seqTokens(1, 4*testBlock+1)
 	q := seqTokens(5000, 4*testBlock+1)
 	apply(ix, "a", storeEv(q, 0, 1, 900, "")) // worker known, different prompt
@@ -225,7 +225,7 @@ func cachedOnOK(ms []Match, worker string) (Match, bool) {
 
 func TestEntryBudget(t *testing.T) {
 	t.Parallel()
-	ix := newIndex(t, WithEntryBudget(8))
+	ix := newIndex(t, budget(8))
 	a := seqTokens(1, 4*testBlock+1)
 	b := seqTokens(1000, 4*testBlock+1)
 	c := seqTokens(2000, 4*testBlock+1)
@@ -258,7 +258,7 @@ func TestEntryBudget(t *testing.T) {
 func TestStale(t *testing.T) {
 	t.Parallel()
 	clock := &fakeClock{t: time.Unix(1000, 0)}
-	ix := newIndex(t, WithClock(clock.now), WithStaleAfter(time.Minute))
+	ix := newIndex(t, clockAt(clock.now), staleAfter(time.Minute))
 	src := Source{Worker: "a", Model: "m"}
 	ix.Apply(src, nil)
 	ix.AddStream(Source{Worker: "a", Rank: 1, Model: "m"}) // subscribed, silent
@@ -406,7 +406,7 @@ func sortMatches(ms []Match) {
 func TestMetricsExposition(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewPedanticRegistry()
-	ix := newIndex(t, WithRegisterer(reg))
+	ix := newIndex(t, registerer(reg))
 	p := seqTokens(1, 12*testBlock)
 	apply(ix, "w0", storeEv(p, 0, 8, 100, ""), storeEv(p, 8, 12, 100, ""), removeEv("", 110, 111), removeEv("", 999),
 		Event{Kind: BlockStored, BlockHashes: []uint64{1}, HasParent: true, ParentHash: 5555, TokenIDs: p[:testBlock], BlockSize: testBlock},
@@ -434,7 +434,7 @@ func TestMetricsExposition(t *testing.T) {
 func TestLookupManyRuns(t *testing.T) {
 	t.Parallel()
 	const blocks = 400
-	ix := newIndex(t, WithEntryBudget(1<<20))
+	ix := newIndex(t, budget(1<<20))
 	prompt := seqTokens(1, blocks*testBlock+1)
 	other := seqTokens(1_000_000, blocks*testBlock)
 	for i := range blocks {

@@ -1,9 +1,9 @@
 package kvindex
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warmpath/warmpath/internal/component"
 )
 
 // metrics are the index's Prometheus collectors.
@@ -22,7 +22,7 @@ type metrics struct {
 
 // newMetrics builds the index's collectors and registers them with reg
 // unless it is nil.
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(o component.Options) (*metrics, error) {
 	events := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "warmpath", Subsystem: "kvindex", Name: "events_total",
 		Help: "KV-cache events applied to the index, by type.",
@@ -61,13 +61,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, k := range []EventKind{BlockStored, BlockRemoved, AllBlocksCleared} {
 		m.events[k] = events.WithLabelValues(k.String())
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{events, skipped, m.resets, m.entries, m.nodes, m.evictions, m.lookup} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register kvindex metrics: %w", err)
-		}
+	if err := o.Register("kvindex", events, skipped, m.resets, m.entries, m.nodes, m.evictions, m.lookup); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

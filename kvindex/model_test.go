@@ -79,7 +79,7 @@ func checkAgainstReference(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	clock := &fakeClock{t: time.Unix(1000, 0)}
 	const ttl = 2 * time.Second
-	ix := newIndex(t, WithClock(clock.now), WithSpeculativeTTL(ttl))
+	ix := newIndex(t, clockAt(clock.now), specTTL(ttl))
 	workers := []string{"w0", "w1", "w2"}
 	ref := &refIndex{held: map[string]map[uint64]int{}, spec: map[string]map[uint64]time.Time{}, hashes: map[*uint32][]uint64{}}
 	for _, w := range workers {

@@ -70,7 +70,7 @@ func runIndexCases(t *testing.T, cases []indexCase, fn func(t *testing.T, tc ind
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			clock := &fakeClock{t: time.Unix(1000, 0)}
-			fn(t, tc, newIndex(t, WithClock(clock.now), WithEntryBudget(tc.budget), WithSpeculativeTTL(time.Second)), clock)
+			fn(t, tc, newIndex(t, clockAt(clock.now), budget(tc.budget), specTTL(time.Second)), clock)
 		})
 	}
 }

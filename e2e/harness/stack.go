@@ -163,11 +163,11 @@ func (s *Stack) start(ctx, sctx context.Context, setup Setup, policy Policy) err
 	cfg.Models = []app.ModelConfig{{Name: setup.Model, BlockSize: s.Sims[0].Engine.BlockSize}}
 	for _, sim := range s.Sims {
 		w := sim.Server.Worker(sim.Name)
-		cfg.Workers = append(cfg.Workers, app.WorkerConfig{Name: w.Name, Address: w.Address, Models: []string{setup.Model},
-			KVEvents: w.KVEvents, KVReplay: w.KVReplay, DataParallelSize: w.DataParallelSize})
+		w.Models = []string{setup.Model}
+		cfg.Workers = append(cfg.Workers, w)
 	}
 	cfg.ExtProc.DebugHeaders = true
-	cfg.ExtProc.DrainTimeout = app.Duration(5 * time.Second)
+	cfg.ExtProc.DrainTimeout = 5 * time.Second
 	if setup.Warmpath != nil {
 		setup.Warmpath(&cfg)
 	}

@@ -16,13 +16,18 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/warmpath/warmpath/discovery"
+	"github.com/warmpath/warmpath/extproc"
 	"github.com/warmpath/warmpath/kvevents"
 	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/scoring"
+	"github.com/warmpath/warmpath/telemetry"
 )
 
-// Config is warmpath's whole configuration, read from one YAML file.
-// Every field has a documented default applied by DefaultConfig; a file only
+// Config is warmpath's whole configuration, read from one YAML file. Each
+// section is owned by the package it configures, which documents every key
+// with its unit and default (extproc.Config, discovery.ScrapeConfig, …);
+// this file composes them and owns only the keys that belong to the process
+// itself. Every field has a default applied by DefaultConfig; a file only
 // needs to say what differs. Unknown keys are an error.
 type Config struct {
 	// Listen holds the server addresses.
@@ -32,8 +37,9 @@ type Config struct {
 	Policy string `yaml:"policy"`
 	// Models lists the served model names warmpath routes for.
 	Models []ModelConfig `yaml:"models"`
-	// Workers lists the vLLM servers when discovery is static.
-	Workers []WorkerConfig `yaml:"workers"`
+	// Workers lists the vLLM servers when discovery is static (see
+	// discovery.Worker for each key).
+	Workers []discovery.Worker `yaml:"workers"`
 	// ExtProc tunes the Envoy-facing protocol handling.
 	ExtProc ExtProcConfig `yaml:"extproc"`
 	// Discovery says where the worker set comes from (the workers list,
@@ -49,55 +55,11 @@ type Config struct {
 	// Log sets the log level and format.
 	Log LogConfig `yaml:"log"`
 	// Telemetry tunes tracing; exporters come from the OTEL_* variables.
-	Telemetry TelemetryConfig `yaml:"telemetry"`
+	Telemetry telemetry.Config `yaml:"telemetry"`
 	// Tenant says where a request's tenant identity comes from.
-	Tenant TenantConfig `yaml:"tenant"`
+	Tenant extproc.TenantConfig `yaml:"tenant"`
 
 	path string // the file it was loaded from, for reloads
-}
-
-// TelemetryConfig tunes tracing. Whether and where spans are exported is
-// set by the standard OTEL_* environment variables (OTEL_TRACES_EXPORTER
-// otlp or console; unset means off).
-type TelemetryConfig struct {
-	// CapturePrompts puts the request's messages or prompt on the GenAI span
-	// (gen_ai.input.messages). Prompts are user data. Default false.
-	CapturePrompts bool `yaml:"capture_prompts"`
-}
-
-// TenantConfig selects the single trusted source of tenant identity.
-type TenantConfig struct {
-	// Trust is "" (default: no tenants), "attribute" (an Envoy request
-	// attribute such as the mTLS peer's URI SAN), "jwt" (a claim verified by
-	// Envoy's jwt_authn and forwarded as metadata) or "header" (a request
-	// header, believed blindly: WARNING, only safe when a proxy in front of
-	// Envoy always sets or strips it).
-	Trust string `yaml:"trust"`
-	// Attribute is the request_attributes expression, exactly as listed in
-	// the ext_proc filter (trust: attribute), e.g.
-	// connection.uri_san_peer_certificate.
-	Attribute string `yaml:"attribute"`
-	// Metadata locates the claim (trust: jwt): namespace default
-	// envoy.filters.http.jwt_authn, path e.g. [jwt_payload, tenant] for
-	// payload_in_metadata: jwt_payload.
-	Metadata TenantMetadata `yaml:"metadata"`
-	// TrimPrefix is removed from the value; values without it are rejected.
-	TrimPrefix string `yaml:"trim_prefix"`
-	// Header is the tenant header (required for trust: header). Under every
-	// trust warmpath removes it from the upstream request; under attribute and
-	// jwt a client-set copy is ignored and counted.
-	Header string `yaml:"header"`
-	// Labels adds a tenant label to the GenAI request metrics. Default false.
-	Labels bool `yaml:"labels"`
-	// Allow lists the tenants that get their own label value; all others are
-	// "other", requests without a tenant "none".
-	Allow []string `yaml:"allow"`
-}
-
-// TenantMetadata is a path into forwarded dynamic metadata.
-type TenantMetadata struct {
-	Namespace string   `yaml:"namespace"`
-	Path      []string `yaml:"path"`
 }
 
 // ListenConfig holds listen addresses. Port 0 picks a free port; the chosen
@@ -118,128 +80,45 @@ type ModelConfig struct {
 	// tokenizer_config.json, relative to the config file's directory;
 	// empty means use the workers' /tokenize.
 	Tokenizer string `yaml:"tokenizer"`
-	// BlockSize is the engines' KV block size in tokens. Default 16.
+	// BlockSize is the engines' KV block size in tokens: the configuration's
+	// one place for it. Default 16.
 	BlockSize int `yaml:"block_size"`
 	// TokenizerCacheMiB bounds the conversation prefix cache that lets a
 	// follow-up turn re-tokenize only its new tail. Default 64.
 	TokenizerCacheMiB int `yaml:"tokenizer_cache_mib"`
 }
 
-// WorkerConfig is one statically configured vLLM server (see
-// discovery.Worker for the meaning of each field).
-type WorkerConfig struct {
-	Name             string   `yaml:"name"`
-	Address          string   `yaml:"address"`
-	Models           []string `yaml:"models"`
-	KVEvents         string   `yaml:"kv_events"`
-	KVReplay         string   `yaml:"kv_replay"`
-	DataParallelSize int      `yaml:"data_parallel_size"`
-}
-
-// ExtProcConfig tunes the ext_proc server.
+// ExtProcConfig is the extproc section: the ext_proc protocol's keys
+// (extproc.Config) and those of the gRPC server that serves it.
 type ExtProcConfig struct {
-	// DestinationHeader is the request header that carries the chosen
-	// worker's host:port to Envoy. Default "x-gateway-destination-endpoint".
-	DestinationHeader string `yaml:"destination_header"`
-	// MetadataNamespace is the dynamic-metadata namespace the destination is
-	// also written to (key DestinationHeader). Default "envoy.lb"; "-" disables.
-	MetadataNamespace string `yaml:"metadata_namespace"`
-	// MaxBodyBytes is the largest request body accepted; larger gets 413.
-	// Default 16 MiB.
-	MaxBodyBytes int `yaml:"max_body_bytes"`
-	// MaxResponseBytes bounds how much of a non-streamed response body is kept
-	// to read its usage; the body itself always passes through. Default 4 MiB.
-	MaxResponseBytes int `yaml:"max_response_bytes"`
+	extproc.Config `yaml:",inline"`
 	// MaxRecvMsgBytes is the gRPC receive limit; it must exceed the largest
 	// body chunk Envoy sends (BUFFERED sends the whole body). Default 64 MiB.
 	MaxRecvMsgBytes int `yaml:"max_recv_msg_bytes"`
-	// BodyMode is assumed when Envoy sends no protocol_config (before 1.34):
-	// "full_duplex" (default) or "buffered".
-	BodyMode string `yaml:"body_mode"`
-	// DebugHeaders adds x-warmpath-worker and x-warmpath-reason to responses.
-	// Default false.
-	DebugHeaders bool `yaml:"debug_headers"`
-	// AssignmentTTL ends an assignment whose response never finished.
-	// Default 30m.
-	AssignmentTTL Duration `yaml:"assignment_ttl"`
 	// DrainTimeout bounds graceful shutdown: in-flight streams get this long
 	// to finish after readiness turns NOT_SERVING. Default 30s.
-	DrainTimeout Duration `yaml:"drain_timeout"`
-	// RetryAfter is the Retry-After value (seconds) on 503 replies. Default 1.
-	RetryAfter int `yaml:"retry_after"`
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
 }
 
-// DiscoveryConfig configures package discovery.
+// DiscoveryConfig is the discovery section.
 type DiscoveryConfig struct {
 	// StaticReload is how often the config file is checked for changes to
 	// workers (static discovery). Default 1s.
-	StaticReload Duration `yaml:"static_reload"`
+	StaticReload time.Duration `yaml:"static_reload"`
 	// Kubernetes, when its namespace is set, replaces the workers list with
 	// the Ready pods of a label selector or an InferencePool.
-	Kubernetes KubernetesConfig `yaml:"kubernetes"`
+	Kubernetes discovery.KubeConfig `yaml:"kubernetes"`
 	// Scrape tunes the engines' /metrics scraping.
-	Scrape ScrapeConfig `yaml:"scrape"`
+	Scrape discovery.ScrapeConfig `yaml:"scrape"`
 	// Health tunes passive ejection and active /health checks.
-	Health HealthConfig `yaml:"health"`
+	Health discovery.HealthConfig `yaml:"health"`
 }
 
-// KubernetesConfig selects worker pods (see deploy/README.md for the
-// warmpath.io/* annotations that override Defaults per pod).
-type KubernetesConfig struct {
-	Namespace     string `yaml:"namespace"`
-	LabelSelector string `yaml:"label_selector"`
-	// InferencePool names an inference.networking.k8s.io/v1 InferencePool
-	// whose selector and target ports define the workers.
-	InferencePool string `yaml:"inference_pool"`
-	// Kubeconfig is a kubeconfig path; empty tries $KUBECONFIG,
-	// ~/.kube/config, then in-cluster credentials.
-	Kubeconfig string      `yaml:"kubeconfig"`
-	Defaults   PodDefaults `yaml:"defaults"`
-}
-
-// PodDefaults are per-pod settings annotations may override.
-type PodDefaults struct {
-	HTTPPort         int      `yaml:"http_port"`
-	KVEventsPort     int      `yaml:"kv_events_port"`
-	KVReplayPort     int      `yaml:"kv_replay_port"`
-	DataParallelSize int      `yaml:"data_parallel_size"`
-	Models           []string `yaml:"models"`
-}
-
-// ScrapeConfig: Interval between scrapes (default 1s); MaxAge after which
-// a worker's load is stale, never read as zero (default 3s).
-type ScrapeConfig struct {
-	Interval Duration `yaml:"interval"`
-	MaxAge   Duration `yaml:"max_age"`
-}
-
-// HealthConfig: FailureThreshold consecutive 5xx eject a worker (default 3;
-// a refused connection ejects at once) for BaseEjection (default 1s),
-// doubling per repeat up to MaxEjection (default 30s); ActiveInterval is
-// the GET /health period (default 5s; negative disables).
-type HealthConfig struct {
-	ActiveInterval   Duration `yaml:"active_interval"`
-	FailureThreshold int      `yaml:"failure_threshold"`
-	BaseEjection     Duration `yaml:"base_ejection"`
-	MaxEjection      Duration `yaml:"max_ejection"`
-}
-
-// KVIndexConfig tunes package kvindex (the index) and package kvevents
-// (the subscriptions feeding it: topic and replay timeout).
+// KVIndexConfig is the kvindex section: the index's keys (kvindex.Config)
+// and those of the KV-event subscribers that feed it (kvevents.Config).
 type KVIndexConfig struct {
-	// EntryBudget bounds (block, worker) entries; the least recently touched
-	// chains are dropped past it. Default 4194304 (about 0.5 GiB at most).
-	EntryBudget int `yaml:"entry_budget"`
-	// StaleAfter marks a worker whose events stopped as stale. An idle
-	// engine publishes nothing, so keep it above normal lulls. Default 5m.
-	StaleAfter Duration `yaml:"stale_after"`
-	// SpeculativeTTL is how long the blocks of a just-routed request count
-	// as cached on the chosen worker before its real events arrive. Default 5s.
-	SpeculativeTTL Duration `yaml:"speculative_ttl"`
-	// Topic is the ZMQ topic prefix subscribed to ("" = all). Default "".
-	Topic string `yaml:"topic"`
-	// ReplayTimeout abandons a replay silent this long. Default 10s.
-	ReplayTimeout Duration `yaml:"replay_timeout"`
+	Index  kvindex.Config  `yaml:",inline"`
+	Events kvevents.Config `yaml:",inline"`
 }
 
 // LogConfig selects the log level ("debug", "info", "warn", "error"; default
@@ -249,59 +128,23 @@ type LogConfig struct {
 	Format string `yaml:"format"`
 }
 
-// Duration is a time.Duration written in YAML as a Go duration string
-// ("30s", "5m").
-type Duration time.Duration
-
-// UnmarshalYAML decodes "1m30s" style strings.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return fmt.Errorf("line %d: duration must be a string like \"30s\"", n.Line)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalYAML writes the duration as a string.
-func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
-
 // DefaultConfig returns the configuration used for every key a file omits.
 func DefaultConfig() Config {
 	return Config{
-		Listen: ListenConfig{ExtProc: ":9002", Admin: ":9090"},
-		Policy: "warmpath",
-		ExtProc: ExtProcConfig{
-			DestinationHeader: "x-gateway-destination-endpoint",
-			MetadataNamespace: "envoy.lb",
-			MaxBodyBytes:      16 << 20,
-			MaxResponseBytes:  4 << 20,
-			MaxRecvMsgBytes:   64 << 20,
-			BodyMode:          "full_duplex",
-			AssignmentTTL:     Duration(30 * time.Minute),
-			DrainTimeout:      Duration(30 * time.Second),
-			RetryAfter:        1,
-		},
+		Listen:  ListenConfig{ExtProc: ":9002", Admin: ":9090"},
+		Policy:  "warmpath",
+		ExtProc: ExtProcConfig{Config: extproc.DefaultConfig(), MaxRecvMsgBytes: 64 << 20, DrainTimeout: 30 * time.Second},
 		Discovery: DiscoveryConfig{
-			StaticReload: Duration(time.Second),
-			Kubernetes:   KubernetesConfig{Defaults: PodDefaults{HTTPPort: 8000}},
-			Scrape:       ScrapeConfig{Interval: Duration(time.Second), MaxAge: Duration(3 * time.Second)},
-			Health: HealthConfig{ActiveInterval: Duration(5 * time.Second), FailureThreshold: 3,
-				BaseEjection: Duration(time.Second), MaxEjection: Duration(30 * time.Second)},
+			StaticReload: time.Second,
+			Kubernetes:   discovery.KubeConfig{Defaults: discovery.PodDefaults{HTTPPort: 8000}},
+			Scrape:       discovery.DefaultScrapeConfig(),
+			Health:       discovery.DefaultHealthConfig(),
 		},
-		KVIndex: KVIndexConfig{
-			EntryBudget:    kvindex.DefaultEntryBudget,
-			StaleAfter:     Duration(kvindex.DefaultStaleAfter),
-			SpeculativeTTL: Duration(kvindex.DefaultSpeculativeTTL),
-			ReplayTimeout:  Duration(kvevents.DefaultReplayTimeout),
-		},
-		Scoring: scoring.DefaultConfig(),
-		Log:     LogConfig{Level: "info", Format: "text"},
-		Tenant:  TenantConfig{Metadata: TenantMetadata{Namespace: "envoy.filters.http.jwt_authn"}},
+		KVIndex:   KVIndexConfig{Index: kvindex.DefaultConfig(), Events: kvevents.DefaultConfig()},
+		Telemetry: telemetry.DefaultConfig(),
+		Scoring:   scoring.DefaultConfig(),
+		Log:       LogConfig{Level: "info", Format: "text"},
+		Tenant:    extproc.DefaultTenantConfig(),
 	}
 }
 
@@ -335,7 +178,11 @@ func parseConfig(b []byte, dir string) (Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("decode: %s", strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  "))
+		msg := strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n  ")
+		if strings.Contains(msg, "into time.Duration") {
+			msg += ` (write durations like "30s" or "5m")`
+		}
+		return Config{}, fmt.Errorf("decode: %s", msg)
 	}
 	for i := range cfg.Models {
 		if cfg.Models[i].BlockSize == 0 {
@@ -426,70 +273,39 @@ func (c *Config) Validate() error {
 			bad("workers[%d].data_parallel_size: must not be negative", i)
 		}
 	}
-	e := c.ExtProc
-	if e.DestinationHeader == "" || strings.ToLower(e.DestinationHeader) != e.DestinationHeader || strings.HasPrefix(e.DestinationHeader, ":") {
-		bad("extproc.destination_header: want a lower-case header name, got %q", e.DestinationHeader)
-	}
-	if e.MaxBodyBytes < 1 {
-		bad("extproc.max_body_bytes: must be positive")
-	}
-	if e.MaxResponseBytes < 1 {
-		bad("extproc.max_response_bytes: must be positive")
-	}
-	if e.MaxRecvMsgBytes < 1<<20 {
+	errs = append(errs, within("extproc", c.ExtProc.Config.Validate())...)
+	if c.ExtProc.MaxRecvMsgBytes < 1<<20 {
 		bad("extproc.max_recv_msg_bytes: must be at least 1 MiB")
 	}
-	if e.BodyMode != "full_duplex" && e.BodyMode != "buffered" {
-		bad("extproc.body_mode: want full_duplex or buffered, got %q", e.BodyMode)
-	}
-	if e.AssignmentTTL <= 0 {
-		bad("extproc.assignment_ttl: must be positive")
-	}
-	if e.DrainTimeout < 0 {
+	if c.ExtProc.DrainTimeout < 0 {
 		bad("extproc.drain_timeout: must not be negative")
 	}
-	if e.RetryAfter < 0 {
-		bad("extproc.retry_after: must not be negative")
+	d := &c.Discovery
+	if d.StaticReload <= 0 {
+		bad("discovery.static_reload: must be positive")
 	}
-	if d := c.Discovery; d.StaticReload <= 0 || d.Scrape.Interval <= 0 || d.Scrape.MaxAge <= 0 ||
-		d.Health.FailureThreshold < 1 || d.Health.BaseEjection <= 0 || d.Health.MaxEjection < d.Health.BaseEjection {
-		bad("discovery: static_reload, scrape intervals and ejection periods must be positive, failure_threshold at least 1, max_ejection ≥ base_ejection")
-	}
-	if k := c.Discovery.Kubernetes; k.Namespace != "" {
+	errs = append(errs, within("discovery.scrape", d.Scrape.Validate())...)
+	errs = append(errs, within("discovery.health", d.Health.Validate())...)
+	if k := d.Kubernetes; k.Namespace != "" {
 		if len(c.Workers) > 0 {
 			bad("discovery.kubernetes: set together with workers; choose one source")
 		}
-		if k.LabelSelector == "" && k.InferencePool == "" {
-			bad("discovery.kubernetes: label_selector or inference_pool required")
-		}
+		errs = append(errs, within("discovery.kubernetes", k.Validate())...)
 	}
-	if c.KVIndex.EntryBudget < 1 {
-		bad("kvindex.entry_budget: must be positive")
-	}
-	if c.KVIndex.SpeculativeTTL <= 0 || c.KVIndex.ReplayTimeout <= 0 {
-		bad("kvindex: speculative_ttl and replay_timeout must be positive")
-	}
-	if !contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
+	errs = append(errs, within("kvindex", c.KVIndex.Index.Validate())...)
+	errs = append(errs, within("kvindex", c.KVIndex.Events.Validate())...)
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
 		bad("log.level: want debug, info, warn or error, got %q", c.Log.Level)
 	}
 	if c.Log.Format != "text" && c.Log.Format != "json" {
 		bad("log.format: want text or json, got %q", c.Log.Format)
 	}
-	errs = append(errs, c.Tenant.validate()...)
+	errs = append(errs, within("tenant", c.Tenant.Validate())...)
 	return errors.Join(errs...)
 }
 
-// DiscoveryWorkers converts the static worker list.
-func (c *Config) DiscoveryWorkers() []discovery.Worker {
-	ws := make([]discovery.Worker, len(c.Workers))
-	for i, w := range c.Workers {
-		ws[i] = discovery.Worker{
-			Name: w.Name, Address: w.Address, Models: w.Models,
-			KVEvents: w.KVEvents, KVReplay: w.KVReplay, DataParallelSize: w.DataParallelSize,
-		}
-	}
-	return ws
-}
+// DiscoveryWorkers returns a copy of the static worker list.
+func (c *Config) DiscoveryWorkers() []discovery.Worker { return slices.Clone(c.Workers) }
 
 // blockSizeOf returns the configured block size of model, 0 when unknown.
 func (c *Config) blockSizeOf(model string) int {
@@ -521,48 +337,21 @@ func checkListen(addr string) error {
 	return nil
 }
 
-func contains(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
+// within prefixes each of the errors joined in err (a package's Validate)
+// with the configuration key of its section.
+func within(key string, err error) []error {
+	if err == nil {
+		return nil
 	}
-	return false
-}
-
-func (t *TenantConfig) validate() []error {
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	switch t.Trust {
-	case "":
-	case "attribute":
-		if t.Attribute == "" {
-			bad("tenant.attribute: required with trust: attribute")
-		}
-	case "jwt":
-		if t.Metadata.Namespace == "" || len(t.Metadata.Path) == 0 {
-			bad("tenant.metadata: namespace and path required with trust: jwt")
-		}
-	case "header":
-		if t.Header == "" {
-			bad("tenant.header: required with trust: header")
-		}
-	default:
-		bad("tenant.trust: want attribute, jwt or header, got %q", t.Trust)
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
 	}
-	if t.Header != "" && (strings.ToLower(t.Header) != t.Header || strings.HasPrefix(t.Header, ":")) {
-		bad("tenant.header: want a lower-case header name, got %q", t.Header)
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		out[i] = fmt.Errorf("%s.%w", key, e)
 	}
-	if t.Labels && t.Trust == "" {
-		bad("tenant.labels: set without a tenant source (tenant.trust)")
-	}
-	if len(t.Allow) > 0 && !t.Labels {
-		bad("tenant.allow: set without tenant.labels: true")
-	}
-	for _, a := range t.Allow {
-		if a == "other" || a == "none" || a == "" {
-			bad("tenant.allow: %q is reserved", a)
-		}
-	}
-	return errs
+	return out
 }

@@ -3,9 +3,12 @@ package app
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 const exampleConfig = `
@@ -61,7 +64,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad endpoint", "workers: [{name: w, address: 'a:1', models: [m], kv_events: '127.0.0.1:5557'}]\n", "kv_events: want tcp://"},
 		{"replay without events", "workers: [{name: w, address: 'a:1', models: [m], kv_replay: 'tcp://a:2'}]\n", "kv_replay: set without kv_events"},
 		{"bad duration", "extproc: {assignment_ttl: forever}\n", "line 1"},
-		{"numeric duration", "extproc: {drain_timeout: 30}\n", "missing unit in duration"},
+		{"numeric duration", "extproc: {drain_timeout: 30}\n", `line 1: cannot unmarshal !!int ` + "`30`" + ` into time.Duration (write durations like "30s" or "5m")`},
 		{"bad block size", "models: [{name: m, block_size: -16}]\n", "block_size: must be positive"},
 		{"bad header", "extproc: {destination_header: X-Dest}\n", "lower-case header name"},
 		{"bad log level", "log: {level: loud}\n", "log.level"},
@@ -135,4 +138,65 @@ func TestHelp(t *testing.T) {
 	if err := run(t.Context(), []string{"frobnicate"}, nil, &out, &errOut); !IsUsage(err) {
 		t.Fatalf("unknown command: %v", err)
 	}
+}
+
+// TestSectionsComposePackageConfigs: each section decodes into the config
+// of the package that owns it, inline sections included, and the whole
+// default configuration written out as YAML reads back unchanged, so no
+// key is owned twice or lost between a package and the app.
+func TestSectionsComposePackageConfigs(t *testing.T) {
+	t.Parallel()
+	cfg, err := ParseConfig([]byte(`
+kvindex: {entry_budget: 10, stale_after: 1m, speculative_ttl: 1s, topic: kv, replay_timeout: 3s}
+extproc: {body_mode: buffered, max_recv_msg_bytes: 2097152, drain_timeout: 2s, metadata_namespace: "-"}
+discovery: {scrape: {interval: 2s, max_age: 5s, concurrency: 4}, health: {active_interval: -1s}}
+telemetry: {capture_prompts: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, e, d := cfg.KVIndex, cfg.ExtProc, cfg.Discovery
+	if k.Index.EntryBudget != 10 || k.Index.StaleAfter != time.Minute || k.Index.SpeculativeTTL != time.Second ||
+		k.Events.Topic != "kv" || k.Events.ReplayTimeout != 3*time.Second {
+		t.Errorf("kvindex section: %+v", k)
+	}
+	if e.BodyMode != "buffered" || e.MaxRecvMsgBytes != 2<<20 || e.DrainTimeout != 2*time.Second || e.MetadataNamespace != "-" ||
+		e.MaxBodyBytes != 16<<20 {
+		t.Errorf("extproc section: %+v", e)
+	}
+	if d.Scrape.Interval != 2*time.Second || d.Scrape.MaxAge != 5*time.Second || d.Scrape.Concurrency != 4 ||
+		d.Health.ActiveInterval != -time.Second || d.Health.FailureThreshold != 3 {
+		t.Errorf("discovery section: %+v", d)
+	}
+	if !cfg.Telemetry.CapturePrompts {
+		t.Error("telemetry.capture_prompts not read")
+	}
+	for _, bad := range []string{"kvindex: {topc: x}\n", "scoring: {block_sizes: {m: 16}}\n", "scoring: {load_max_age: 5s}\n"} {
+		if _, err := ParseConfig([]byte(bad)); err == nil || !strings.Contains(err.Error(), "not found") {
+			t.Errorf("%q: want an unknown-key error, got %v", bad, err)
+		}
+	}
+
+	def := DefaultConfig()
+	b, err := yaml.Marshal(def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ParseConfig(b)
+	if err != nil {
+		t.Fatalf("the defaults written out do not parse: %v\n%s", err, b)
+	}
+	if !reflect.DeepEqual(normalised(back), normalised(def)) {
+		t.Errorf("defaults changed through YAML:\n%s", b)
+	}
+}
+
+// normalised clears what a YAML round trip may legitimately change: nil
+// and empty slices and maps.
+func normalised(c Config) Config {
+	c.Tenant.Allow, c.Tenant.Metadata.Path = nil, nil
+	c.Scoring.Shadow, c.Scoring.Budgets, c.Scoring.KVBlocks = nil, nil, nil
+	c.Discovery.Kubernetes.Defaults.Models = nil
+	c.Models, c.Workers = nil, nil
+	return c
 }

@@ -39,7 +39,7 @@ func (l fixedLoad) Load(worker string) (discovery.EngineLoad, bool) {
 // advances 1 ms per decision and the scrape is renewed every second, as a
 // pool at 1,000 requests/s would see it.
 func BenchmarkDecisionRealIndex(b *testing.B) {
-	ix, err := kvindex.New()
+	ix, err := kvindex.New(kvindex.DefaultConfig(), component.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -40,33 +39,25 @@ var healthServices = []string{"", "liveness", "readiness", extprocv3.ExternalPro
 func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.Writer) error {
 	log := newLogger(cfg.Log, stderr)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := (component.Options{Registerer: reg}).Register("runtime",
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return err
+	}
 
 	dopts := component.Options{Logger: log.With("component", "discovery"), Registerer: reg}
 	pool, err := newPool(cfg, dopts)
 	if err != nil {
 		return err
 	}
-	scraper, err := discovery.NewScraper(pool, discovery.ScrapeConfig{
-		Interval: time.Duration(cfg.Discovery.Scrape.Interval), MaxAge: time.Duration(cfg.Discovery.Scrape.MaxAge)}, dopts)
+	scraper, err := discovery.NewScraper(pool, cfg.Discovery.Scrape, dopts)
 	if err != nil {
 		return fmt.Errorf("discovery: %w", err)
 	}
-	index, err := kvindex.New(
-		kvindex.WithEntryBudget(cfg.KVIndex.EntryBudget),
-		kvindex.WithStaleAfter(time.Duration(cfg.KVIndex.StaleAfter)),
-		kvindex.WithSpeculativeTTL(time.Duration(cfg.KVIndex.SpeculativeTTL)),
-		kvindex.WithRegisterer(reg),
-		kvindex.WithLogger(log.With("component", "kvindex")),
-	)
+	index, err := kvindex.New(cfg.KVIndex.Index, component.Options{Logger: log.With("component", "kvindex"), Registerer: reg})
 	if err != nil {
 		return fmt.Errorf("kvindex: %w", err)
 	}
-	subs, err := kvevents.NewSubscribers(index,
-		kvevents.WithTopic(cfg.KVIndex.Topic),
-		kvevents.WithReplayTimeout(time.Duration(cfg.KVIndex.ReplayTimeout)),
-		kvevents.WithRegisterer(reg),
-		kvevents.WithLogger(log.With("component", "kvevents")))
+	subs, err := kvevents.NewSubscribers(index, cfg.KVIndex.Events, component.Options{Logger: log.With("component", "kvevents"), Registerer: reg})
 	if err != nil {
 		return fmt.Errorf("kvevents: %w", err)
 	}
@@ -91,12 +82,12 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	if err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}
-	if cfg.Tenant.Trust == "header" {
+	if cfg.Tenant.Trust == extproc.TrustHeader {
 		log.Warn("tenant identity is taken from a request header; anyone who can set that header before Envoy can claim any tenant",
 			"header", cfg.Tenant.Header)
 	}
-	proc, err := extproc.New(extprocConfig(cfg), pool, eo.picker(router), component.Options{Logger: log, Registerer: reg},
-		extproc.WithHealth(pool), extproc.WithTracing(tp, cfg.Telemetry.CapturePrompts), extproc.WithTenant(tenantConfig(cfg.Tenant)))
+	proc, err := extproc.New(cfg.ExtProc.Config, pool, eo.picker(router), component.Options{Logger: log, Registerer: reg},
+		extproc.WithHealth(pool), extproc.WithTracing(tp, cfg.Telemetry.CapturePrompts), extproc.WithTenant(cfg.Tenant))
 	if err != nil {
 		return fmt.Errorf("extproc: %w", err)
 	}
@@ -179,8 +170,8 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		<-gctx.Done()
 		stopping.Store(true)
 		hs.Shutdown() // every service NOT_SERVING: Envoy's health check drains us
-		log.Info("shutting down", "in_flight", proc.InFlight(), "drain_timeout", time.Duration(cfg.ExtProc.DrainTimeout))
-		drain(gs, time.Duration(cfg.ExtProc.DrainTimeout))
+		log.Info("shutting down", "in_flight", proc.InFlight(), "drain_timeout", cfg.ExtProc.DrainTimeout)
+		drain(gs, cfg.ExtProc.DrainTimeout)
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		return errors.Join(admin.Shutdown(sctx), tp.Shutdown(sctx))
@@ -244,36 +235,6 @@ func followReadiness(ctx context.Context, hs *health.Server, ready func() bool) 
 	}
 }
 
-func extprocConfig(cfg Config) extproc.Config {
-	reqMode, respMode := filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED
-	if cfg.ExtProc.BodyMode == "buffered" {
-		reqMode, respMode = filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_STREAMED
-	}
-	ns := cfg.ExtProc.MetadataNamespace
-	if ns == "-" {
-		ns = ""
-	}
-	return extproc.Config{
-		DestinationHeader:   cfg.ExtProc.DestinationHeader,
-		MetadataNamespace:   ns,
-		MaxBodyBytes:        cfg.ExtProc.MaxBodyBytes,
-		MaxResponseBytes:    cfg.ExtProc.MaxResponseBytes,
-		DefaultRequestMode:  reqMode,
-		DefaultResponseMode: respMode,
-		DebugHeaders:        cfg.ExtProc.DebugHeaders,
-		RetryAfter:          cfg.ExtProc.RetryAfter,
-		AssignmentTTL:       time.Duration(cfg.ExtProc.AssignmentTTL),
-	}
-}
-
-func tenantConfig(t TenantConfig) extproc.TenantConfig {
-	return extproc.TenantConfig{
-		Trust: extproc.TenantTrust(t.Trust), Attribute: t.Attribute,
-		MetadataNamespace: t.Metadata.Namespace, MetadataPath: t.Metadata.Path,
-		TrimPrefix: t.TrimPrefix, Header: t.Header, Labels: t.Labels, Allow: t.Allow,
-	}
-}
-
 func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.Level)) // validated in Config.Validate
@@ -288,11 +249,6 @@ func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 // when discovery.kubernetes.namespace is set, else the config file's
 // workers list, reloaded when the file changes.
 func newPool(cfg Config, opts component.Options) (*discovery.Pool, error) {
-	h := cfg.Discovery.Health
-	hc := discovery.HealthConfig{
-		FailureThreshold: h.FailureThreshold, BaseEjection: time.Duration(h.BaseEjection),
-		MaxEjection: time.Duration(h.MaxEjection), ActiveInterval: time.Duration(h.ActiveInterval),
-	}
 	var src discovery.Source
 	switch k := cfg.Discovery.Kubernetes; {
 	case k.Namespace != "":
@@ -300,12 +256,7 @@ func newPool(cfg Config, opts component.Options) (*discovery.Pool, error) {
 		if err != nil {
 			return nil, fmt.Errorf("kubernetes discovery: %w", err)
 		}
-		d := k.Defaults
-		kube, err := discovery.NewKubernetes(cs, dyn, discovery.KubeConfig{
-			Namespace: k.Namespace, LabelSelector: k.LabelSelector, InferencePool: k.InferencePool,
-			Defaults: discovery.PodDefaults{HTTPPort: d.HTTPPort, KVEventsPort: d.KVEventsPort, KVReplayPort: d.KVReplayPort,
-				DataParallelSize: d.DataParallelSize, Models: d.Models},
-		}, opts)
+		kube, err := discovery.NewKubernetes(cs, dyn, k, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -318,13 +269,13 @@ func newPool(cfg Config, opts component.Options) (*discovery.Pool, error) {
 			}
 			return c.DiscoveryWorkers(), nil
 		}
-		st, err := discovery.NewStatic(cfg.path, load, time.Duration(cfg.Discovery.StaticReload), opts)
+		st, err := discovery.NewStatic(cfg.path, load, cfg.Discovery.StaticReload, opts)
 		if err != nil {
 			return nil, err
 		}
 		src = st
 	}
-	p, err := discovery.NewPool(src, hc, opts)
+	p, err := discovery.NewPool(src, cfg.Discovery.Health, opts)
 	if err != nil {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpath/warmpath/discovery"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
@@ -43,9 +45,9 @@ func TestServeReadinessAndGracefulDrain(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Policy = "round-robin"
 	cfg.Listen = ListenConfig{ExtProc: "127.0.0.1:0", Admin: "127.0.0.1:0"}
-	cfg.Workers = []WorkerConfig{{Name: "w0", Address: "127.0.0.1:1", Models: []string{"m"}}}
-	cfg.ExtProc.DrainTimeout = Duration(5 * time.Second)
-	cfg.Discovery.Health.ActiveInterval = Duration(-1) // the worker address is not real
+	cfg.Workers = []discovery.Worker{{Name: "w0", Address: "127.0.0.1:1", Models: []string{"m"}}}
+	cfg.ExtProc.DrainTimeout = 5 * time.Second
+	cfg.Discovery.Health.ActiveInterval = -1 // the worker address is not real
 	ctx, cancel := context.WithCancel(t.Context())
 	out := &lineWriter{ready: make(chan string, 1)}
 	done := make(chan error, 1)

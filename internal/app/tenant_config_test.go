@@ -18,7 +18,7 @@ func TestTenantAndTelemetryConfig(t *testing.T) {
 		{"header without name", "tenant: {trust: header}\n", "tenant.header: required"},
 		{"upper-case header", "tenant: {trust: header, header: X-Tenant}\n", "tenant.header: want a lower-case header name"},
 		{"labels without source", "tenant: {labels: true}\n", "tenant.labels: set without a tenant source"},
-		{"allow without labels", "tenant: {trust: header, header: x-t, allow: [a]}\n", "tenant.allow: set without tenant.labels"},
+		{"allow without labels", "tenant: {trust: header, header: x-t, allow: [a]}\n", "tenant.allow: set without labels: true"},
 		{"reserved allow value", "tenant: {trust: header, header: x-t, labels: true, allow: [other]}\n", `tenant.allow: "other" is reserved`},
 		{"unknown telemetry key", "telemetry: {exporter: otlp}\n", "field exporter not found"},
 	}

@@ -1,0 +1,104 @@
+package extproc
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+)
+
+// Config tunes a Server: the extproc section of warmpath's configuration.
+// Build it with DefaultConfig, change what is needed and check it with
+// Validate. Field comments give the unit and the default.
+type Config struct {
+	// DestinationHeader is the request header that carries the chosen
+	// worker's host:port to Envoy. Default "x-gateway-destination-endpoint".
+	DestinationHeader string `yaml:"destination_header"`
+	// MetadataNamespace is the dynamic-metadata namespace the destination is
+	// also written to (key DestinationHeader). Default "envoy.lb"; "-"
+	// disables it.
+	MetadataNamespace string `yaml:"metadata_namespace"`
+	// MaxBodyBytes is the largest request body accepted; larger gets 413.
+	// Default 16 MiB.
+	MaxBodyBytes int `yaml:"max_body_bytes"`
+	// MaxResponseBytes bounds how much of a non-streamed response body is
+	// kept to read its usage; the body itself always passes through.
+	// Default 4 MiB.
+	MaxResponseBytes int `yaml:"max_response_bytes"`
+	// BodyMode is assumed when Envoy sends no protocol_config (before
+	// 1.34): "full_duplex" (default; FULL_DUPLEX_STREAMED both ways) or
+	// "buffered" (BUFFERED request, STREAMED response).
+	BodyMode string `yaml:"body_mode"`
+	// DebugHeaders adds x-warmpath-worker and x-warmpath-reason to
+	// responses. Default false.
+	DebugHeaders bool `yaml:"debug_headers"`
+	// AssignmentTTL ends an assignment whose response has not ended that
+	// long after it was routed (the stream goes on; only the reservation
+	// and the outcome end). Default 30m.
+	AssignmentTTL time.Duration `yaml:"assignment_ttl"`
+	// RetryAfter is the Retry-After value (seconds) on 503 replies.
+	// Default 1.
+	RetryAfter int `yaml:"retry_after"`
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{
+		DestinationHeader: "x-gateway-destination-endpoint",
+		MetadataNamespace: "envoy.lb",
+		MaxBodyBytes:      16 << 20,
+		MaxResponseBytes:  4 << 20,
+		BodyMode:          "full_duplex",
+		AssignmentTTL:     30 * time.Minute,
+		RetryAfter:        1,
+	}
+}
+
+// Validate reports every invalid field, joined.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if !validHeaderName(c.DestinationHeader) {
+		bad("destination_header: want a lower-case header name, got %q", c.DestinationHeader)
+	}
+	if c.MaxBodyBytes < 1 {
+		bad("max_body_bytes: must be positive")
+	}
+	if c.MaxResponseBytes < 1 {
+		bad("max_response_bytes: must be positive")
+	}
+	if c.BodyMode != "full_duplex" && c.BodyMode != "buffered" {
+		bad("body_mode: want full_duplex or buffered, got %q", c.BodyMode)
+	}
+	if c.AssignmentTTL <= 0 {
+		bad("assignment_ttl: must be positive")
+	}
+	if c.RetryAfter < 0 {
+		bad("retry_after: must not be negative")
+	}
+	return errors.Join(errs...)
+}
+
+// modes returns the body modes assumed without a protocol_config.
+func (c *Config) modes() (req, resp filterv3.ProcessingMode_BodySendMode) {
+	if c.BodyMode == "buffered" {
+		return filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_STREAMED
+	}
+	return filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+}
+
+// metadataNamespace is the namespace the destination is written to, ""
+// when disabled.
+func (c *Config) metadataNamespace() string {
+	if c.MetadataNamespace == "-" {
+		return ""
+	}
+	return c.MetadataNamespace
+}
+
+// validHeaderName reports whether h is a lower-case, non-pseudo header name.
+func validHeaderName(h string) bool {
+	return h != "" && strings.ToLower(h) == h && !strings.HasPrefix(h, ":")
+}
