@@ -2,9 +2,10 @@ package tokenize
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warmpath/warmpath/internal/component"
 )
 
 // ChatMetrics counts chat renders by API and result. One ChatMetrics is made
@@ -16,15 +17,15 @@ type ChatMetrics struct {
 
 // NewChatMetrics registers warmpath_tokenize_chat_renders_total{api,result}
 // on reg. result is one of ok, bad_request, unsupported, template_error.
-func NewChatMetrics(reg prometheus.Registerer) (*ChatMetrics, error) {
+func NewChatMetrics(o component.Options) (*ChatMetrics, error) {
 	m := &ChatMetrics{renders: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "warmpath",
 		Subsystem: "tokenize",
 		Name:      "chat_renders_total",
 		Help:      "Chat requests rendered to prompt text locally, by API (openai, anthropic) and result (ok, bad_request, unsupported, template_error).",
 	}, []string{"api", "result"})}
-	if err := reg.Register(m.renders); err != nil {
-		return nil, fmt.Errorf("register chat metrics: %w", err)
+	if err := o.Register("tokenize chat", m.renders); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

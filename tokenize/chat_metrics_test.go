@@ -7,16 +7,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/warmpath/warmpath/internal/component"
 )
 
 func TestChatMetricsCountResults(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewPedanticRegistry()
-	m, err := NewChatMetrics(reg)
+	m, err := NewChatMetrics(component.Options{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewChatMetrics(reg); err == nil {
+	if _, err := NewChatMetrics(component.Options{Registerer: reg}); err == nil {
 		t.Fatal("second registration on the same registry must fail")
 	}
 	ct, err := LoadChatTemplate(filepath.Join("testdata", "models", "gemma3"), WithMetrics(m))

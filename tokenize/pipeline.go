@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warmpath/warmpath/internal/component"
 )
 
 // Kind is the shape of a request body.
@@ -55,20 +57,21 @@ type PipelineMetrics struct {
 	chat     *ChatMetrics
 }
 
-// NewPipelineMetrics registers the tokenization metrics with reg.
-func NewPipelineMetrics(reg prometheus.Registerer) (*PipelineMetrics, error) {
+// NewPipelineMetrics creates the tokenization metrics and registers them
+// with o's registerer.
+func NewPipelineMetrics(o component.Options) (*PipelineMetrics, error) {
 	m := &PipelineMetrics{requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "warmpath_tokenize_requests_total",
 		Help: "Requests tokenized for routing, by model, path (local, remote, none) and reason a step was skipped or failed.",
 	}, []string{"model", "path", "reason"})}
-	if err := reg.Register(m.requests); err != nil {
-		return nil, fmt.Errorf("register tokenize metrics: %w", err)
-	}
-	var err error
-	if m.remote, err = NewRemoteMetrics(reg); err != nil {
+	if err := o.Register("tokenize", m.requests); err != nil {
 		return nil, err
 	}
-	if m.chat, err = NewChatMetrics(reg); err != nil {
+	var err error
+	if m.remote, err = NewRemoteMetrics(o); err != nil {
+		return nil, err
+	}
+	if m.chat, err = NewChatMetrics(o); err != nil {
 		return nil, err
 	}
 	return m, nil

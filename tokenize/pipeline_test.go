@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/warmpath/warmpath/internal/component"
 )
 
 func TestPipelinePaths(t *testing.T) {
@@ -32,7 +34,7 @@ func TestPipelinePaths(t *testing.T) {
 	}))
 	defer worker.Close()
 	reg := prometheus.NewRegistry()
-	m, err := NewPipelineMetrics(reg)
+	m, err := NewPipelineMetrics(component.Options{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,5 +91,28 @@ func TestPipelinePaths(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.requests.WithLabelValues("qwen3", "remote", "unsupported_request")); got != 1 {
 		t.Fatalf("unsupported count %v", got)
+	}
+}
+
+// TestPipelines: each model's request goes to its own pipeline; a model
+// with none (discovery found it, the configuration does not list it) gets
+// a remote-only pipeline, kept for the next request.
+func TestPipelines(t *testing.T) {
+	t.Parallel()
+	local, err := NewPipeline("qwen3", "testdata/models/qwen3", 1<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := NewPipelines(nil, local)
+	ids, path, err := set.Tokenize(t.Context(), "qwen3", KindCompletion, []byte(`{"prompt":"Hello there"}`), "")
+	if err != nil || path != PathLocal || len(ids) == 0 {
+		t.Fatalf("configured model: ids %v path %q err %v", ids, path, err)
+	}
+	_, path, err = set.Tokenize(t.Context(), "unlisted", KindCompletion, []byte(`{"prompt":"Hello there"}`), "")
+	if !errors.Is(err, ErrNoTokens) || path != "none" {
+		t.Fatalf("unlisted model without a worker to ask: path %q err %v", path, err)
+	}
+	if p := set.pipeline("unlisted"); p.Local() || p != set.pipeline("unlisted") {
+		t.Fatal("the unlisted model's pipeline is not one remote-only pipeline")
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warmpath/warmpath/internal/component"
 )
 
 // ErrRemoteCircuitOpen is returned by RemoteClient while its circuit breaker is
@@ -94,10 +96,10 @@ type RemoteMetrics struct {
 }
 
 // NewRemoteMetrics creates the metrics and registers them with reg.
-func NewRemoteMetrics(reg prometheus.Registerer) (*RemoteMetrics, error) {
+func NewRemoteMetrics(o component.Options) (*RemoteMetrics, error) {
 	m := &RemoteMetrics{requests: newRemoteCounter()}
-	if err := reg.Register(m.requests); err != nil {
-		return nil, fmt.Errorf("register tokenize remote metrics: %w", err)
+	if err := o.Register("tokenize remote", m.requests); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/warmpath/warmpath/internal/component"
 )
 
 // remoteFakeClock is a settable clock for the circuit breaker.
@@ -84,7 +86,7 @@ func newTestRemoteClient(t *testing.T, opts ...RemoteOption) (*RemoteClient, *fa
 	t.Cleanup(srv.Close)
 	clk := &remoteFakeClock{now: time.Unix(1_750_000_000, 0)}
 	reg := prometheus.NewRegistry()
-	m, err := NewRemoteMetrics(reg)
+	m, err := NewRemoteMetrics(component.Options{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,10 +276,10 @@ func TestRemoteChatWithoutMessages(t *testing.T) {
 func TestRemoteMetricsRegisterTwice(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	if _, err := NewRemoteMetrics(reg); err != nil {
+	if _, err := NewRemoteMetrics(component.Options{Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewRemoteMetrics(reg); err == nil {
+	if _, err := NewRemoteMetrics(component.Options{Registerer: reg}); err == nil {
 		t.Fatal("second registration: want an error")
 	}
 }

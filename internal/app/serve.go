@@ -34,53 +34,66 @@ import (
 // default, the EPP protocol's liveness/readiness and the ext_proc service.
 var healthServices = []string{"", "liveness", "readiness", extprocv3.ExternalProcessor_ServiceDesc.ServiceName}
 
-// serve runs warmpath until ctx ends: the ext_proc gRPC server, the admin
-// HTTP server and the background loops, all under one errgroup.
-func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.Writer) error {
+// parts are warmpath's components as serve wires them, in the order a
+// request meets them (README: Architecture).
+type parts struct {
+	log     *slog.Logger
+	pool    *discovery.Pool
+	scraper *discovery.Scraper
+	guard   *discovery.Guard
+	index   *kvindex.Index
+	subs    *kvevents.Subscribers
+	router  *scoring.Router
+	tp      *telemetry.Provider
+	proc    *extproc.Server
+}
+
+// assemble builds every component from cfg and wires them to each other,
+// registering all metrics with reg. It starts nothing.
+func assemble(ctx context.Context, cfg Config, eo embedOptions, reg prometheus.Registerer, stdout, stderr io.Writer) (*parts, error) {
 	log := newLogger(cfg.Log, stderr)
-	reg := prometheus.NewRegistry()
 	if err := (component.Options{Registerer: reg}).Register("runtime",
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
-		return err
+		return nil, err
 	}
 
 	dopts := component.Options{Logger: log.With("component", "discovery"), Registerer: reg}
 	pool, err := newPool(cfg, dopts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	scraper, err := discovery.NewScraper(pool, cfg.Discovery.Scrape, dopts)
 	if err != nil {
-		return fmt.Errorf("discovery: %w", err)
+		return nil, fmt.Errorf("discovery: %w", err)
 	}
 	index, err := kvindex.New(cfg.KVIndex.Index, component.Options{Logger: log.With("component", "kvindex"), Registerer: reg})
 	if err != nil {
-		return fmt.Errorf("kvindex: %w", err)
+		return nil, fmt.Errorf("kvindex: %w", err)
 	}
 	subs, err := kvevents.NewSubscribers(index, cfg.KVIndex.Events, component.Options{Logger: log.With("component", "kvevents"), Registerer: reg})
 	if err != nil {
-		return fmt.Errorf("kvevents: %w", err)
+		return nil, fmt.Errorf("kvevents: %w", err)
 	}
 	guard, err := discovery.NewGuard(pool, scraper, discovery.GuardConfig{
 		BlockSize:      cfg.blockSizeOf,
 		EventBlockSize: index.BlockSizeSeen,
 	}, dopts)
 	if err != nil {
-		return fmt.Errorf("discovery: %w", err)
+		return nil, fmt.Errorf("discovery: %w", err)
 	}
 	tokens, err := newPipelines(cfg, reg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	router, err := scoring.New(cfg.Policy, cfg.scoringConfig(), scoring.Sources{Tokens: tokens, Index: index, Load: scraper},
 		component.Options{Logger: log.With("component", "scoring"), Registerer: reg})
 	if err != nil {
-		return fmt.Errorf("scoring: %w", err)
+		return nil, fmt.Errorf("scoring: %w", err)
 	}
 	tp, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: "warmpath", Version: Version, Stdout: stdout,
 		Logger: log.With("component", "telemetry")})
 	if err != nil {
-		return fmt.Errorf("telemetry: %w", err)
+		return nil, fmt.Errorf("telemetry: %w", err)
 	}
 	if cfg.Tenant.Trust == extproc.TrustHeader {
 		log.Warn("tenant identity is taken from a request header; anyone who can set that header before Envoy can claim any tenant",
@@ -89,9 +102,21 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	proc, err := extproc.New(cfg.ExtProc.Config, pool, eo.picker(router), component.Options{Logger: log, Registerer: reg},
 		extproc.WithHealth(pool), extproc.WithTracing(tp, cfg.Telemetry.CapturePrompts), extproc.WithTenant(cfg.Tenant))
 	if err != nil {
-		return fmt.Errorf("extproc: %w", err)
+		return nil, fmt.Errorf("extproc: %w", err)
 	}
 
+	return &parts{log: log, pool: pool, scraper: scraper, guard: guard, index: index, subs: subs,
+		router: router, tp: tp, proc: proc}, nil
+}
+
+// serve runs warmpath until ctx ends: the ext_proc gRPC server, the admin
+// HTTP server and the background loops, all under one errgroup.
+func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.Writer) error {
+	reg := prometheus.NewRegistry()
+	p, err := assemble(ctx, cfg, eo, reg, stdout, stderr)
+	if err != nil {
+		return err
+	}
 	gs := grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.ExtProc.MaxRecvMsgBytes),
 		// Envoy pings per its cluster's connection_keepalive; answering those
@@ -99,7 +124,7 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	)
-	extprocv3.RegisterExternalProcessorServer(gs, proc)
+	extprocv3.RegisterExternalProcessorServer(gs, p.proc)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	for _, svc := range healthServices {
@@ -119,13 +144,13 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 
 	var stopping atomic.Bool
 	ready := func() bool {
-		return !stopping.Load() && pool.ReadyWhere(func(w discovery.Worker) bool { return w.KVEvents == "" || subs.CaughtUp(w.Name) })
+		return !stopping.Load() && p.pool.ReadyWhere(func(w discovery.Worker) bool { return w.KVEvents == "" || p.subs.CaughtUp(w.Name) })
 	}
 	status := func() any {
-		return map[string]any{"workers": discovery.Status(pool, scraper, guard), "index": mergeStreams(index.Streams(), subs.Streams()), "in_flight": router.InFlight()}
+		return map[string]any{"workers": discovery.Status(p.pool, p.scraper, p.guard), "index": mergeStreams(p.index.Streams(), p.subs.Streams()), "in_flight": p.router.InFlight()}
 	}
 	admin := &http.Server{
-		Handler:           newAdminHandler(reg, ready, pool, router, status),
+		Handler:           newAdminHandler(reg, ready, p.pool, p.router, status),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 
@@ -142,23 +167,23 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		}
 		return nil
 	})
-	g.Go(func() error { return subs.Run(gctx) })
-	g.Go(func() error { return pool.Run(gctx) })
-	g.Go(func() error { return scraper.Run(gctx) })
-	g.Go(func() error { return guard.Run(gctx) })
+	g.Go(func() error { return p.subs.Run(gctx) })
+	g.Go(func() error { return p.pool.Run(gctx) })
+	g.Go(func() error { return p.scraper.Run(gctx) })
+	g.Go(func() error { return p.guard.Run(gctx) })
 	g.Go(func() error {
 		// The index and the router follow the worker set: subscribe and
 		// unsubscribe, and forget what was learned about departed workers.
 		prev := map[string]bool{}
-		for ws := range pool.Watch(gctx) {
-			subs.Update(ws)
+		for ws := range p.pool.Watch(gctx) {
+			p.subs.Update(ws)
 			now := map[string]bool{}
 			for _, w := range ws {
 				now[w.Name] = true
 			}
 			for name := range prev {
 				if !now[name] {
-					router.Forget(name)
+					p.router.Forget(name)
 				}
 			}
 			prev = now
@@ -170,15 +195,15 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		<-gctx.Done()
 		stopping.Store(true)
 		hs.Shutdown() // every service NOT_SERVING: Envoy's health check drains us
-		log.Info("shutting down", "in_flight", proc.InFlight(), "drain_timeout", cfg.ExtProc.DrainTimeout)
+		p.log.Info("shutting down", "in_flight", p.proc.InFlight(), "drain_timeout", cfg.ExtProc.DrainTimeout)
 		drain(gs, cfg.ExtProc.DrainTimeout)
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return errors.Join(admin.Shutdown(sctx), tp.Shutdown(sctx))
+		return errors.Join(admin.Shutdown(sctx), p.tp.Shutdown(sctx))
 	})
 
 	fmt.Fprintf(stdout, "warmpath ready extproc=%s admin=%s\n", grpcLis.Addr(), adminLis.Addr())
-	log.Info("serving", "extproc", grpcLis.Addr().String(), "admin", adminLis.Addr().String(),
+	p.log.Info("serving", "extproc", grpcLis.Addr().String(), "admin", adminLis.Addr().String(),
 		"policy", cfg.Policy, "workers", len(cfg.Workers), "version", Version)
 	err = g.Wait()
 	if err == nil || errors.Is(err, context.Canceled) {
@@ -289,7 +314,7 @@ func newPool(cfg Config, opts component.Options) (*discovery.Pool, error) {
 // when the model names a tokenizer directory, the workers' /tokenize
 // otherwise.
 func newPipelines(cfg Config, reg prometheus.Registerer) (*tokenize.Pipelines, error) {
-	m, err := tokenize.NewPipelineMetrics(reg)
+	m, err := tokenize.NewPipelineMetrics(component.Options{Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
