@@ -14,31 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpath/warmpath/internal/clocktest"
 	"github.com/warmpath/warmpath/internal/component"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
-
-// fakeClock is a settable clock for tests.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_800_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // chanSource publishes whatever sets are sent on its channel.
 type chanSource struct{ sets chan []Worker }
@@ -72,9 +53,9 @@ func names(ws []Worker) []string {
 	return out
 }
 
-func newTestPool(t *testing.T, hc HealthConfig, opts ...Option) (*Pool, *fakeClock, *prometheus.Registry) {
+func newTestPool(t *testing.T, hc HealthConfig, opts ...Option) (*Pool, *clocktest.Clock, *prometheus.Registry) {
 	t.Helper()
-	clk := newFakeClock()
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
 	reg := prometheus.NewRegistry()
 	if hc.ActiveInterval == 0 {
 		hc.ActiveInterval = -1

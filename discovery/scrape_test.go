@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpath/warmpath/internal/clocktest"
 	"github.com/warmpath/warmpath/internal/component"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,7 +80,7 @@ func TestScraper(t *testing.T) {
 	t.Cleanup(srv.Close)
 	addr := strings.TrimPrefix(srv.URL, "http://")
 
-	clk := newFakeClock()
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
 	lister := &staticLister{}
 	lister.set(w("a", addr, "m"), w("down", "127.0.0.1:1", "m"))
 	reg := prometheus.NewRegistry()

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,29 +15,12 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/warmpath/warmpath/internal/clocktest"
 	"github.com/warmpath/warmpath/scoring"
 	"github.com/warmpath/warmpath/telemetry"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden exposition files in testdata/")
-
-// stepClock is a clock the test moves by hand between messages.
-type stepClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *stepClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *stepClock) set(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC).Add(d)
-}
 
 // observeMetricNames are the series this branch adds, compared against the
 // golden files.
@@ -82,29 +64,32 @@ func TestMetricsExpositionGolden(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clk := &stepClock{}
-			clk.set(0)
+			// The test moves the clock by hand between messages: at(d) sets
+			// it to t0+d, and every request replays the same offsets.
+			t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+			clk := clocktest.New(t0)
+			at := func(d time.Duration) { clk.Set(t0.Add(d)) }
 			p := newDecisionPicker(scoring.ModeApproximate, "none")
-			tr := newTracedAt(t, p, tc.semconv, clk.now, WithTenant(tc.tenant))
+			tr := newTracedAt(t, p, tc.semconv, clk.Now, WithTenant(tc.tenant))
 			// Three requests: tenants acme, globex (not allowlisted) and none.
 			for _, tenant := range []string{"acme", "globex", ""} {
-				clk.set(0)
+				at(0)
 				e := tr.open(t)
 				jwtRequestHeaders(e, tenant)
 				e.requestBody(chatBody, true)
 				routeHeaders(t, e)
-				clk.set(50 * time.Millisecond)
+				at(50 * time.Millisecond)
 				e.responseHeaders("200", "text/event-stream", false)
 				e.recv()
 				chunks := strings.SplitAfter(openAIStream, "\n\n")
 				for i, c := range chunks {
 					switch i {
 					case 2:
-						clk.set(100 * time.Millisecond) // first content token
+						at(100 * time.Millisecond) // first content token
 					case 3:
-						clk.set(200 * time.Millisecond) // last token
+						at(200 * time.Millisecond) // last token
 					case 4:
-						clk.set(300 * time.Millisecond)
+						at(300 * time.Millisecond)
 					}
 					e.responseBody(c, i == len(chunks)-1)
 					e.recv()

@@ -12,25 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/warmpath/warmpath/internal/clocktest"
 )
-
-// fakeClock is a settable clock for tests; safe for concurrent use.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // storeEv builds a BlockStored of prompt's blocks [from, to) with engine
 // hashes base+i, as a worker whose engine hashes are its own would send.
@@ -182,8 +166,8 @@ func TestLookupCases(t *testing.T) {
 
 func TestSpeculate(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{t: time.Unix(1000, 0)}
-	ix := newIndex(t, clockAt(clock.now), specTTL(2*time.Second))
+	clock := clocktest.New(time.Unix(1000, 0))
+	ix := newIndex(t, clockAt(clock.Now), specTTL(2*time.Second))
 	p := seqTokens(1, 4*testBlock+1)
 	q := seqTokens(5000, 4*testBlock+1)
 	apply(ix, "a", storeEv(q, 0, 1, 900, "")) // worker known, different prompt
@@ -199,9 +183,9 @@ func TestSpeculate(t *testing.T) {
 		t.Fatal("unknown worker matched")
 	}
 	// The real event arrives for the first two blocks; the rest stays speculative.
-	clock.advance(time.Second)
+	clock.Advance(time.Second)
 	apply(ix, "a", storeEv(p, 0, 2, 100, ""))
-	clock.advance(1500 * time.Millisecond) // past the TTL
+	clock.Advance(1500 * time.Millisecond) // past the TTL
 	if gpu, _ := cachedOn(ix.Lookup(mkey, p, testBlock), "a"); gpu != 32 {
 		t.Fatalf("after TTL: %d cached, want the 32 really stored", gpu)
 	}
@@ -257,8 +241,8 @@ func TestEntryBudget(t *testing.T) {
 
 func TestStale(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{t: time.Unix(1000, 0)}
-	ix := newIndex(t, clockAt(clock.now), staleAfter(time.Minute))
+	clock := clocktest.New(time.Unix(1000, 0))
+	ix := newIndex(t, clockAt(clock.Now), staleAfter(time.Minute))
 	src := Source{Worker: "a", Model: "m"}
 	ix.Apply(src, nil)
 	ix.AddStream(Source{Worker: "a", Rank: 1, Model: "m"}) // subscribed, silent
@@ -268,7 +252,7 @@ func TestStale(t *testing.T) {
 	if st := statusOf(ix, Source{Worker: "a", Rank: 1}); st.Model != "m" || !st.LastEventAt.IsZero() {
 		t.Fatalf("added stream %+v, want model m and no event yet", st)
 	}
-	clock.advance(2 * time.Minute)
+	clock.Advance(2 * time.Minute)
 	if !ix.Stale("a") {
 		t.Fatal("silent worker not stale")
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/warmpath/warmpath/internal/clocktest"
 )
 
 // refIndex is the reference the index is checked against: per worker, the
@@ -77,9 +79,9 @@ func TestIndexMatchesReference(t *testing.T) {
 
 func checkAgainstReference(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 99))
-	clock := &fakeClock{t: time.Unix(1000, 0)}
+	clock := clocktest.New(time.Unix(1000, 0))
 	const ttl = 2 * time.Second
-	ix := newIndex(t, clockAt(clock.now), specTTL(ttl))
+	ix := newIndex(t, clockAt(clock.Now), specTTL(ttl))
 	workers := []string{"w0", "w1", "w2"}
 	ref := &refIndex{held: map[string]map[uint64]int{}, spec: map[string]map[uint64]time.Time{}, hashes: map[*uint32][]uint64{}}
 	for _, w := range workers {
@@ -103,7 +105,7 @@ func checkAgainstReference(t *testing.T, seed uint64) {
 		full := len(p) / testBlock
 		switch op := rng.IntN(10); {
 		case op < 4: // a request computes blocks from its cached prefix on
-			from := ref.lookup(w, p, clock.now().Add(24*time.Hour)) / testBlock // real blocks only
+			from := ref.lookup(w, p, clock.Now().Add(24*time.Hour)) / testBlock // real blocks only
 			from = min(from, full)
 			for from > 0 && ref.held[w][ref.hash(p, from)] == 0 {
 				from-- // its parent must be really held
@@ -144,20 +146,20 @@ func checkAgainstReference(t *testing.T, seed uint64) {
 		case op < 8: // warmpath routes a request here
 			ix.Speculate(w, mkey, p, testBlock)
 			trace = append(trace, fmt.Sprintf("speculate %s prompt %d", w, len(p)))
-			until := clock.now().Add(ttl)
+			until := clock.Now().Add(ttl)
 			for i := full; i >= 1; i-- {
 				h := ref.hash(p, i)
 				if ref.held[w][h] > 0 {
 					break // the cached prefix below is not speculated on
 				}
-				if ref.spec[w][h].Sub(clock.now()) >= ttl/2 {
+				if ref.spec[w][h].Sub(clock.Now()) >= ttl/2 {
 					break // speculated on recently, with the blocks below
 				}
 				ref.spec[w][h] = until
 			}
 		case op < 9:
 			d := time.Duration(rng.IntN(800)) * time.Millisecond
-			clock.advance(d)
+			clock.Advance(d)
 			// Expired speculation counts until a writer sweeps it; any
 			// event does, and engines publish every step.
 			apply(ix, w)
@@ -169,7 +171,7 @@ func checkAgainstReference(t *testing.T, seed uint64) {
 				trace = append(trace, "clear "+w)
 			}
 		}
-		now := clock.now()
+		now := clock.Now()
 		for _, q := range prompts {
 			got := map[string]int{}
 			for _, m := range ix.Lookup(mkey, q, testBlock) {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/warmpath/warmpath/internal/clocktest"
 )
 
 // TestNodeForms drives an index through random stores, removals in both
@@ -20,7 +22,7 @@ func TestNodeForms(t *testing.T) {
 		{"streams past 64", 80, 1 << 20},
 		{"tight budget", 80, 40},
 	}
-	runIndexCases(t, cases, func(t *testing.T, tc indexCase, ix *Index, clock *fakeClock) {
+	runIndexCases(t, cases, func(t *testing.T, tc indexCase, ix *Index, clock *clocktest.Clock) {
 		rng := rand.New(rand.NewPCG(7, uint64(tc.workers)))
 		prompts := make([][]uint32, 4)
 		for i := range prompts {
@@ -40,7 +42,7 @@ func TestNodeForms(t *testing.T) {
 			case op < 8:
 				ix.Speculate(name, mkey, prompts[p], testBlock)
 			case op < 9:
-				clock.advance(300 * time.Millisecond)
+				clock.Advance(300 * time.Millisecond)
 				checkLookup(t, ix, prompts[p], fmt.Sprintf("step %d", step))
 			default:
 				if rng.IntN(10) == 0 {
@@ -65,12 +67,12 @@ type indexCase struct {
 // runIndexCases runs fn for each case in a parallel subtest, on a fresh
 // index with a fake clock, the case's entry budget and a one-second
 // speculative TTL.
-func runIndexCases(t *testing.T, cases []indexCase, fn func(t *testing.T, tc indexCase, ix *Index, clock *fakeClock)) {
+func runIndexCases(t *testing.T, cases []indexCase, fn func(t *testing.T, tc indexCase, ix *Index, clock *clocktest.Clock)) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clock := &fakeClock{t: time.Unix(1000, 0)}
-			fn(t, tc, newIndex(t, clockAt(clock.now), budget(tc.budget), specTTL(time.Second)), clock)
+			clock := clocktest.New(time.Unix(1000, 0))
+			fn(t, tc, newIndex(t, clockAt(clock.Now), budget(tc.budget), specTTL(time.Second)), clock)
 		})
 	}
 }
@@ -236,7 +238,7 @@ func TestLookupLongChains(t *testing.T) {
 		{"streams past 64", 70, 1 << 20},
 		{"tight budget", 8, 700},
 	}
-	runIndexCases(t, cases, func(t *testing.T, tc indexCase, ix *Index, clock *fakeClock) {
+	runIndexCases(t, cases, func(t *testing.T, tc indexCase, ix *Index, clock *clocktest.Clock) {
 		rng := rand.New(rand.NewPCG(11, uint64(tc.workers)))
 		const blocks = 300
 		shared := seqTokens(1, blocks*testBlock)
@@ -266,7 +268,7 @@ func TestLookupLongChains(t *testing.T) {
 			case op < 7:
 				ix.Speculate(name, mkey, prompts[p][:rng.IntN(blocks)*testBlock], testBlock)
 			case op < 8:
-				clock.advance(300 * time.Millisecond)
+				clock.Advance(300 * time.Millisecond)
 			default:
 				for q, prompt := range prompts {
 					checkLookup(t, ix, prompt, fmt.Sprintf("step %d, prompt %d", step, q))

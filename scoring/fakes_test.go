@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warmpath/warmpath/discovery"
+	"github.com/warmpath/warmpath/internal/clocktest"
 	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/tokenize"
@@ -197,7 +198,7 @@ type loadReport struct {
 // fakeLoad serves fixed load reports, stale past maxAge on clock, as the
 // scraper marks them.
 type fakeLoad struct {
-	clock  *fakeClock
+	clock  *clocktest.Clock
 	maxAge time.Duration
 
 	mu      sync.Mutex
@@ -217,26 +218,6 @@ func (f *fakeLoad) Load(w string) (discovery.EngineLoad, bool) {
 		ScrapedAt: r.Scraped,
 		Stale:     f.clock.Now().Sub(r.Scraped) > f.maxAge,
 	}, true
-}
-
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
 }
 
 // pool returns n workers named w0…w(n-1) serving model "m".
@@ -270,13 +251,13 @@ type rig struct {
 	reg   *prometheus.Registry
 	index *fakeIndex
 	load  *fakeLoad
-	clock *fakeClock
+	clock *clocktest.Clock
 	logs  *bytes.Buffer
 }
 
 func newRig(t testing.TB, policy string, cfg Config, tok TokenSource) *rig {
 	t.Helper()
-	g := &rig{reg: prometheus.NewRegistry(), index: newFakeIndex(), clock: newFakeClock(), logs: &bytes.Buffer{}}
+	g := &rig{reg: prometheus.NewRegistry(), index: newFakeIndex(), clock: clocktest.New(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)), logs: &bytes.Buffer{}}
 	g.load = &fakeLoad{clock: g.clock, maxAge: 5 * time.Second, reports: map[string]loadReport{}}
 	o := component.Options{Registerer: g.reg, Clock: g.clock.Now,
 		Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: g.logs}, nil))}

@@ -90,9 +90,7 @@ func newSim(t *testing.T, g *rig, engines []engine, capBlocks int) *sim {
 }
 
 func (s *sim) setClock() {
-	s.g.clock.mu.Lock()
-	s.g.clock.t = s.base.Add(time.Duration(s.t * float64(time.Second)))
-	s.g.clock.mu.Unlock()
+	s.g.clock.Set(s.base.Add(time.Duration(s.t * float64(time.Second))))
 }
 
 // arrive routes a request and queues it on the chosen engine.

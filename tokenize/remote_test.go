@@ -17,26 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/warmpath/warmpath/internal/clocktest"
 	"github.com/warmpath/warmpath/internal/component"
 )
-
-// remoteFakeClock is a settable clock for the circuit breaker.
-type remoteFakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (f *remoteFakeClock) Now() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.now
-}
-
-func (f *remoteFakeClock) Advance(d time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.now = f.now.Add(d)
-}
 
 // fakeTokenizeWorker is a /tokenize endpoint whose answer the test sets.
 type fakeTokenizeWorker struct {
@@ -79,12 +62,12 @@ func (w *fakeTokenizeWorker) lastRequest() map[string]json.RawMessage {
 	return w.last
 }
 
-func newTestRemoteClient(t *testing.T, opts ...RemoteOption) (*RemoteClient, *fakeTokenizeWorker, *remoteFakeClock, *prometheus.Registry) {
+func newTestRemoteClient(t *testing.T, opts ...RemoteOption) (*RemoteClient, *fakeTokenizeWorker, *clocktest.Clock, *prometheus.Registry) {
 	t.Helper()
 	w := &fakeTokenizeWorker{status: 200, body: `{"count":3,"max_model_len":4096,"tokens":[1,2,3],"token_strs":null}`}
 	srv := httptest.NewServer(w)
 	t.Cleanup(srv.Close)
-	clk := &remoteFakeClock{now: time.Unix(1_750_000_000, 0)}
+	clk := clocktest.New(time.Unix(1_750_000_000, 0))
 	reg := prometheus.NewRegistry()
 	m, err := NewRemoteMetrics(component.Options{Registerer: reg})
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/warmpath/warmpath/internal/clocktest"
 )
 
 func syntheticConfig(url string, n int) Config {
@@ -128,7 +130,7 @@ func TestRunConcurrencyBounds(t *testing.T) {
 			srv := fake.start(t)
 			cfg := syntheticConfig(srv.URL, 12)
 			cfg.Load = tt.load
-			rep, err := Run(t.Context(), cfg, WithClock(newFakeClock()))
+			rep, err := Run(t.Context(), cfg, WithClock(clocktest.New(epoch)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -172,7 +174,7 @@ func TestRunOpenLoopSchedule(t *testing.T) {
 			fake := newFakeLLM(t)
 			srv := fake.start(t)
 			cfg := tt.cfg(srv.URL)
-			rep, err := Run(t.Context(), cfg, WithClock(newFakeClock()))
+			rep, err := Run(t.Context(), cfg, WithClock(clocktest.New(epoch)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -254,7 +256,7 @@ func TestRunMultiTurn(t *testing.T) {
 					Sessions: 2, SystemTokens: 10, Turns: Dist{Mean: 3}, User: Dist{Mean: 12}, Output: Dist{Mean: 4},
 					Think: DurationDist{Mean: Duration(time.Hour)},
 				}}}
-			clock := newFakeClock()
+			clock := clocktest.New(epoch)
 			start := clock.Now()
 			rep, err := Run(t.Context(), cfg, WithClock(clock))
 			if err != nil {
@@ -378,7 +380,7 @@ func TestRunSweepAndGoodput(t *testing.T) {
 		srv := fake.start(t)
 		cfg := syntheticConfig(srv.URL, 4)
 		cfg.Load = LoadConfig{Kind: LoadSweep, Rates: []float64{1, 2, 4}, Arrivals: LoadConstant}
-		rep, err := Run(t.Context(), cfg, WithClock(newFakeClock()))
+		rep, err := Run(t.Context(), cfg, WithClock(clocktest.New(epoch)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -416,7 +418,7 @@ func TestRunSweepAndGoodput(t *testing.T) {
 		srv := fake.start(t)
 		cfg := syntheticConfig(srv.URL, 4)
 		cfg.Load = LoadConfig{Kind: LoadSweep, Rates: []float64{1, 2}, Arrivals: LoadConstant, FreshPrompts: true}
-		rep, err := Run(t.Context(), cfg, WithClock(newFakeClock()))
+		rep, err := Run(t.Context(), cfg, WithClock(clocktest.New(epoch)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -433,7 +435,7 @@ func TestRunSweepAndGoodput(t *testing.T) {
 		cfg.Load = LoadConfig{Kind: LoadGoodput, MinRate: 1, MaxRate: 8, Iterations: 3}
 		// On the fake clock every request takes no time: the SLO holds at
 		// any rate, so the search ends at MaxRate after two probes.
-		rep, err := Run(t.Context(), cfg, WithClock(newFakeClock()))
+		rep, err := Run(t.Context(), cfg, WithClock(clocktest.New(epoch)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -491,7 +493,7 @@ func TestRunInvalidConfig(t *testing.T) {
 
 func TestProgressRateLimited(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
+	clock := clocktest.New(epoch)
 	var buf bytes.Buffer
 	p := &progress{w: &buf, clock: clock, interval: 5 * time.Second, label: "warmpath"}
 	p.begin("poisson@2/s", 10)
@@ -520,7 +522,7 @@ func TestRunMaxDuration(t *testing.T) {
 		srv := fake.start(t)
 		cfg := syntheticConfig(srv.URL, 10)
 		cfg.Load = LoadConfig{Kind: LoadConstant, Rate: 1, MaxDuration: Duration(3500 * ms)}
-		rep, err := Run(t.Context(), cfg, WithClock(newFakeClock()))
+		rep, err := Run(t.Context(), cfg, WithClock(clocktest.New(epoch)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -535,7 +537,7 @@ func TestRunMaxDuration(t *testing.T) {
 		srv := fake.start(t)
 		cfg := syntheticConfig(srv.URL, 10)
 		cfg.Load = LoadConfig{Kind: LoadConstant, Rate: 1, MaxDuration: Duration(3500 * ms), MinSessions: 6}
-		rep, err := Run(t.Context(), cfg, WithClock(newFakeClock()))
+		rep, err := Run(t.Context(), cfg, WithClock(clocktest.New(epoch)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -553,7 +555,7 @@ func TestRunMaxDuration(t *testing.T) {
 				Sessions: 3, Turns: Dist{Mean: 3}, User: Dist{Mean: 5}, Output: Dist{Mean: 2},
 				Think: DurationDist{Mean: Duration(time.Hour)}}},
 			Load: LoadConfig{Kind: LoadSynchronous, MaxDuration: Duration(90 * time.Minute)}}
-		rep, err := Run(t.Context(), cfg, WithClock(newFakeClock()))
+		rep, err := Run(t.Context(), cfg, WithClock(clocktest.New(epoch)))
 		if err != nil {
 			t.Fatal(err)
 		}

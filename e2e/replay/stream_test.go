@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmpath/warmpath/internal/clocktest"
 	"github.com/warmpath/warmpath/internal/sse"
 )
 
@@ -136,7 +137,7 @@ func TestReadStream(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			clock := newFakeClock()
+			clock := clocktest.New(epoch)
 			start := clock.Now()
 			st, end, err := readStream(&timedReader{clock: clock, pieces: tt.pieces}, tt.api, clock)
 			switch {
@@ -184,7 +185,7 @@ func FuzzStreamDecode(f *testing.F) {
 	f.Add([]byte(`data: {"choices":[],"usage":{"prompt_tokens_details":null}}` + "\n\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, api := range []API{APIChat, APIMessages} {
-			clock := newFakeClock()
+			clock := clocktest.New(epoch)
 			st, _, _ := readStream(&timedReader{clock: clock, pieces: []timedPiece{{ms, string(b)}}}, api, clock)
 			if st.itl() < 0 {
 				t.Fatalf("negative itl")

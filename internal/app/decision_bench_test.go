@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warmpath/warmpath/discovery"
+	"github.com/warmpath/warmpath/internal/clocktest"
 	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/scoring"
@@ -72,10 +73,10 @@ func BenchmarkDecisionRealIndex(b *testing.B) {
 		ix.Apply(kvindex.Source{Worker: w, Model: "m"}, []kvindex.Event{{
 			Kind: kvindex.BlockStored, BlockHashes: hashes, TokenIDs: ids[:n*16], BlockSize: 16}})
 	}
-	now := time.Unix(1_000_000, 0)
-	*load.at = now
+	clock := clocktest.New(time.Unix(1_000_000, 0))
+	*load.at = clock.Now()
 	r, err := scoring.New(scoring.PolicyWarmpath, scoring.DefaultConfig(), scoring.Sources{Index: ix, Load: load},
-		component.Options{Registerer: prometheus.NewRegistry(), Clock: func() time.Time { return now }})
+		component.Options{Registerer: prometheus.NewRegistry(), Clock: clock.Now})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -94,9 +95,9 @@ func BenchmarkDecisionRealIndex(b *testing.B) {
 		}
 		ring[slot] = d
 		i++
-		now = now.Add(time.Millisecond)
+		clock.Advance(time.Millisecond)
 		if i%1000 == 0 {
-			*load.at = now
+			*load.at = clock.Now()
 		}
 	}
 	for range len(ring) {

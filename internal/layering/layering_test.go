@@ -14,8 +14,9 @@ import (
 )
 
 const (
-	module = "github.com/warmpath/warmpath"
-	goczmq = "github.com/zeromq/goczmq"
+	module    = "github.com/warmpath/warmpath"
+	goczmq    = "github.com/zeromq/goczmq"
+	clocktest = module + "/internal/clocktest"
 )
 
 // pureGo are the patterns of the packages that must build without cgo.
@@ -68,8 +69,8 @@ func importers(pkgs []pkg, path string) []string {
 }
 
 // productionImports returns a violation for each import a production
-// package (one of the module's outside e2e/) makes of e2e/, and of
-// goczmq outside kvevents.
+// package (one of the module's outside e2e/) makes of e2e/ or of
+// internal/clocktest, and of goczmq outside kvevents.
 func productionImports(pkgs []pkg) []string {
 	var out []string
 	for _, p := range pkgs {
@@ -78,7 +79,7 @@ func productionImports(pkgs []pkg) []string {
 		}
 		for _, imp := range p.Imports {
 			switch {
-			case isE2E(imp):
+			case isE2E(imp), imp == clocktest:
 				out = append(out, fmt.Sprintf("production package %s imports %s", p.ImportPath, imp))
 			case imp == goczmq && p.ImportPath != module+"/kvevents":
 				out = append(out, fmt.Sprintf("%s imports goczmq, which only kvevents may", p.ImportPath))
@@ -120,6 +121,11 @@ func TestRules(t *testing.T) {
 		{"production importing e2e", productionImports, []pkg{
 			{ImportPath: module + "/internal/app", Imports: []string{module + "/e2e/vllmsim"}},
 			{ImportPath: module + "/cmd/warmpath", Imports: []string{module + "/e2e"}}}, 2},
+		{"production importing clocktest", productionImports, []pkg{
+			{ImportPath: module + "/scoring", Imports: []string{clocktest}},
+			{ImportPath: module + "/internal/app", Imports: []string{module + "/scoring", clocktest}}}, 2},
+		{"e2e importing clocktest", productionImports, []pkg{
+			{ImportPath: module + "/e2e/replay", Imports: []string{clocktest}}}, 0},
 		{"goczmq outside kvevents", productionImports, []pkg{
 			{ImportPath: module + "/discovery", Imports: []string{goczmq}}}, 1},
 		{"other modules are not checked", productionImports, []pkg{
@@ -151,13 +157,17 @@ func TestPureGo(t *testing.T) {
 	}
 }
 
-// TestProductionImports checks that no production package imports e2e/,
-// and that only kvevents imports goczmq.
+// TestProductionImports checks that no production package imports e2e/ or
+// internal/clocktest, and that only kvevents imports goczmq. Test files
+// may import either: go list's Imports leaves out their imports.
 func TestProductionImports(t *testing.T) {
 	t.Parallel()
 	pkgs := goList(t, module+"/...")
 	if !slices.ContainsFunc(pkgs, func(p pkg) bool { return p.ImportPath == module+"/kvevents" && slices.Contains(p.Imports, goczmq) }) {
 		t.Fatal("kvevents does not import goczmq: the listing is not the module's")
+	}
+	if !slices.ContainsFunc(pkgs, func(p pkg) bool { return p.ImportPath == clocktest }) {
+		t.Fatalf("no package %s: the rule guards a path that does not exist", clocktest)
 	}
 	for _, v := range productionImports(pkgs) {
 		t.Error(v)
