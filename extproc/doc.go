@@ -2,7 +2,8 @@
 // (envoy.service.ext_proc.v3) for LLM request routing.
 //
 // One gRPC stream carries one HTTP request, and one loop (Server.Process)
-// owns its state, split in two rooms:
+// owns its state, split in two rooms (the assignment's TTL timer may end
+// the assignment from its own goroutine, and nothing else):
 //
 //   - the protocol (protocol.go, reply.go): what Envoy may send when in each
 //     body mode and what warmpath owes it. The body is accumulated

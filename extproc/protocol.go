@@ -39,7 +39,8 @@ const (
 
 // exchange is the state of one ext_proc stream, owned by its loop
 // (Server.Process): the protocol state, the routing state, the
-// request-scoped logger and the spans.
+// request-scoped logger and the spans. The assignment's TTL timer is the
+// one other reader (see routing).
 type exchange struct {
 	stream extprocv3.ExternalProcessor_ProcessServer
 	// log carries the request id once the request headers are in.

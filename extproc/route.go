@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -26,25 +27,32 @@ type routing struct {
 	// input is the request's messages (or prompt) JSON, for span capture.
 	input []byte
 	dec   *scoring.Decision
-	// routedAt is when the assignment began; ttl fires AssignmentTTL later
-	// unless the assignment ended first; ended is set once it ended.
-	routedAt time.Time
-	ttl      *time.Timer
-	ended    bool
-	watch    *watcher
-	status   int    // upstream response status, 0 before one
-	code     string // final status code for the requests metric
+	// routedAt is when the assignment began. ttl expires it AssignmentTTL
+	// later, on the timer's goroutine, unless it ended first; expiredDone
+	// is closed when that expiry has run. ended is set by whichever ends
+	// the assignment, once. dec, routedAt and the exchange's logger do not
+	// change once the timer is armed, so the expiry reads nothing else.
+	routedAt    time.Time
+	ttl         *time.Timer
+	expiredDone chan struct{}
+	ended       atomic.Bool
+	watch       *watcher
+	status      int    // upstream response status, 0 before one
+	code        string // final status code for the requests metric
 	// toldFirst is set once the picker heard of the first token.
 	toldFirst bool
 }
 
-// expiry is the channel the assignment's TTL fires on, nil (never ready)
-// while there is no live assignment.
-func (r *routing) expiry() <-chan time.Time {
-	if r.ttl == nil || r.ended {
-		return nil
+// stopTTL disarms the assignment's TTL, waiting for its expiry to finish
+// when it already fired.
+func (r *routing) stopTTL() {
+	if r.ttl == nil {
+		return
 	}
-	return r.ttl.C
+	if !r.ttl.Stop() {
+		<-r.expiredDone
+	}
+	r.ttl = nil
 }
 
 // decide parses the body, finds the candidates and asks the picker. It
@@ -86,7 +94,11 @@ func (s *Server) decide(ctx context.Context, ex *exchange) (*extprocv3.CommonRes
 	}
 	rt.dec = dec
 	rt.routedAt = s.now()
-	rt.ttl = time.NewTimer(s.cfg.AssignmentTTL)
+	rt.expiredDone = make(chan struct{})
+	rt.ttl = time.AfterFunc(s.cfg.AssignmentTTL, func() {
+		defer close(rt.expiredDone)
+		s.expire(ex)
+	})
 	s.inFlight.Add(1)
 	s.m.inFlight.WithLabelValues(dec.Worker).Inc()
 	s.m.decision.Observe(s.now().Sub(start).Seconds())
@@ -101,7 +113,7 @@ func (s *Server) decide(ctx context.Context, ex *exchange) (*extprocv3.CommonRes
 func (s *Server) watch(ex *exchange, chunk []byte) {
 	rt := &ex.route
 	rt.watch.write(chunk, s.now())
-	if !rt.toldFirst && rt.dec != nil && !rt.ended && !rt.watch.firstToken.IsZero() {
+	if !rt.toldFirst && rt.dec != nil && !rt.ended.Load() && !rt.watch.firstToken.IsZero() {
 		rt.toldFirst = true
 		if ft, ok := s.picker.(FirstTokenObserver); ok {
 			ft.FirstToken(rt.dec)
@@ -144,30 +156,34 @@ func (s *Server) endAssignment(ex *exchange, end scoring.End) {
 	if rt.status != 0 {
 		rt.code = strconv.Itoa(rt.status)
 	}
-	if rt.dec != nil && !rt.ended {
+	rt.stopTTL()
+	if rt.dec != nil && rt.ended.CompareAndSwap(false, true) {
 		o.Duration = max(now.Sub(rt.routedAt), time.Nanosecond)
 		s.ended(ex, o)
 	}
 	ex.trace.ended(rt.dec, o, rt.watch, rt.req.Stream, now)
 }
 
-// expire ends an assignment that outlived AssignmentTTL. The stream goes
-// on, passing the response through; only the reservation and the outcome
-// end.
+// expire ends an assignment that outlived AssignmentTTL, on the timer's
+// goroutine. The stream goes on, passing the response through; only the
+// reservation and the outcome end. What the response showed so far is the
+// stream's and is not read: the outcome says only that it expired.
 func (s *Server) expire(ex *exchange) {
 	rt := &ex.route
+	if !rt.ended.CompareAndSwap(false, true) {
+		return
+	}
 	ex.log.Info("assignment expired: no end of the response within the assignment TTL",
 		"worker", rt.dec.Worker, "ttl", s.cfg.AssignmentTTL)
-	s.ended(ex, scoring.Outcome{End: scoring.EndExpired, HTTPStatus: rt.status,
-		Duration: s.now().Sub(rt.routedAt), PromptTokens: -1, CompletionTokens: -1, CachedTokens: -1})
+	s.ended(ex, scoring.Outcome{End: scoring.EndExpired, Duration: s.now().Sub(rt.routedAt),
+		PromptTokens: -1, CompletionTokens: -1, CachedTokens: -1})
 }
 
-// ended is the one end of an assignment: metrics, health and the picker's
-// feedback.
+// ended is the one end of an assignment, by whoever set rt.ended: metrics,
+// health and the picker's feedback. It reads only what does not change
+// after the pick.
 func (s *Server) ended(ex *exchange, o scoring.Outcome) {
 	rt := &ex.route
-	rt.ended = true
-	rt.ttl.Stop()
 	s.inFlight.Add(-1)
 	s.m.ended.WithLabelValues(string(o.End)).Inc()
 	s.m.inFlight.WithLabelValues(rt.dec.Worker).Dec()
@@ -190,6 +206,7 @@ func (s *Server) cleanup(ex *exchange) {
 	if !ex.proto.respEnded {
 		s.endAssignment(ex, scoring.EndAborted)
 	}
+	ex.route.stopTTL()
 	code := ex.route.code
 	if code == "" {
 		code = "0" // ended before any response: client gone or upstream unreachable

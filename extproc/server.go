@@ -103,64 +103,39 @@ func New(cfg Config, pool Pool, picker Picker, o component.Options, opts ...Opti
 // InFlight returns the number of assignments routed and not yet ended.
 func (s *Server) InFlight() int { return int(s.inFlight.Load()) }
 
-// received is one result of the stream's Recv.
-type received struct {
-	msg *extprocv3.ProcessingRequest
-	err error
-}
-
-// Process handles one ext_proc stream, that is one HTTP request. A reader
-// goroutine turns Recv into a channel; the loop below owns the exchange and
-// selects on that channel, on the assignment's TTL and on the stream's
-// end. The reader ends when Recv fails, which it does as soon as the
-// stream's context ends: at the latest when Process returns. The deferred
-// cleanup ends an unfinished assignment as aborted.
+// Process handles one ext_proc stream, that is one HTTP request. Its loop
+// owns the exchange: Recv already returns as soon as the stream's context
+// ends (client gone, Envoy reset, server stop), so no second goroutine
+// stands between the stream and the loop. The one other party is the
+// assignment's TTL timer, which may end the assignment (and only that) on
+// its own goroutine; cleanup waits for it. The deferred cleanup ends an
+// unfinished assignment as aborted.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	ctx := stream.Context()
 	ex := &exchange{stream: stream, log: s.log}
 	defer s.cleanup(ex)
-	recv := make(chan received)
-	go func() {
-		for {
-			m, err := stream.Recv()
-			select {
-			case recv <- received{m, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ex.route.expiry():
-			s.expire(ex)
-		case r := <-recv:
-			if r.err != nil {
-				if errors.Is(r.err, io.EOF) || status.Code(r.err) == codes.Canceled {
-					return nil
-				}
-				s.m.streamErrors.WithLabelValues("recv").Inc()
-				return r.err
+		msg, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+				return nil
 			}
-			if err := s.handle(ctx, ex, r.msg); err != nil {
-				var pe *protocolError
-				if errors.As(err, &pe) {
-					s.m.streamErrors.WithLabelValues("out_of_order").Inc()
-					ex.trace.fail(err, s.now())
-					ex.log.Warn("ext_proc protocol error", "err", err)
-					return status.Error(codes.FailedPrecondition, err.Error())
-				}
-				if ctx.Err() != nil {
-					return nil // the stream ended while we were sending
-				}
-				s.m.streamErrors.WithLabelValues("send").Inc()
-				return err
+			s.m.streamErrors.WithLabelValues("recv").Inc()
+			return err
+		}
+		if err := s.handle(ctx, ex, msg); err != nil {
+			var pe *protocolError
+			if errors.As(err, &pe) {
+				s.m.streamErrors.WithLabelValues("out_of_order").Inc()
+				ex.trace.fail(err, s.now())
+				ex.log.Warn("ext_proc protocol error", "err", err)
+				return status.Error(codes.FailedPrecondition, err.Error())
 			}
+			if ctx.Err() != nil {
+				return nil // the stream ended while we were sending
+			}
+			s.m.streamErrors.WithLabelValues("send").Inc()
+			return err
 		}
 	}
 }
