@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -102,7 +103,9 @@ func (s *Server) decide(ctx context.Context, ex *exchange) (*extprocv3.CommonRes
 	s.inFlight.Add(1)
 	s.m.inFlight.WithLabelValues(dec.Worker).Inc()
 	s.m.decision.Observe(s.now().Sub(start).Seconds())
-	ex.log.Debug("routed", "model", r.Model, "worker", dec.Worker, "policy", dec.Policy, "mode", dec.Mode, "reason", dec.Reason)
+	if ex.log.Enabled(ctx, slog.LevelDebug) { // the arguments would allocate even when not logged
+		ex.log.Debug("routed", "model", r.Model, "worker", dec.Worker, "policy", dec.Policy, "mode", dec.Mode, "reason", dec.Reason)
+	}
 	cr, md := routeMutation(s.cfg.DestinationHeader, s.cfg.metadataNamespace(), dec.Address)
 	s.observeDecision(ex, cr)
 	return cr, md, nil
