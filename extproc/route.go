@@ -95,13 +95,13 @@ func (s *Server) decide(ctx context.Context, ex *exchange) (*extprocv3.CommonRes
 	}
 	rt.dec = dec
 	rt.routedAt = s.now()
+	s.inFlight.Add(1)
+	s.m.inFlight.WithLabelValues(dec.Worker).Inc()
 	rt.expiredDone = make(chan struct{})
 	rt.ttl = time.AfterFunc(s.cfg.AssignmentTTL, func() {
 		defer close(rt.expiredDone)
 		s.expire(ex)
 	})
-	s.inFlight.Add(1)
-	s.m.inFlight.WithLabelValues(dec.Worker).Inc()
 	s.m.decision.Observe(s.now().Sub(start).Seconds())
 	if ex.log.Enabled(ctx, slog.LevelDebug) { // the arguments would allocate even when not logged
 		ex.log.Debug("routed", "model", r.Model, "worker", dec.Worker, "policy", dec.Policy, "mode", dec.Mode, "reason", dec.Reason)
