@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 
 	"github.com/warmpath/warmpath/e2e/envoytest"
 	"github.com/warmpath/warmpath/envoy"
@@ -43,6 +45,15 @@ func TestMain(m *testing.M) {
 // warmpathProc is a running warmpath process.
 type warmpathProc struct {
 	ExtProc, Admin string
+	cmd            *exec.Cmd
+	exited         chan struct{}
+}
+
+// kill ends the process with SIGKILL, as a node failure would, and waits
+// for it.
+func (p *warmpathProc) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.exited
 }
 
 // startWarmpath runs the warmpath binary with the config YAML (listen
@@ -89,7 +100,7 @@ func startWarmpath(t testing.TB, config string) *warmpathProc {
 	}()
 	select {
 	case line := <-ready:
-		p := &warmpathProc{}
+		p := &warmpathProc{cmd: cmd, exited: exited}
 		for _, f := range strings.Fields(line) {
 			if v, ok := strings.CutPrefix(f, "extproc="); ok {
 				p.ExtProc = v
@@ -147,9 +158,9 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 }
 
 // startEnvoy runs the bootstrap file (relative to the repo root) with its
-// listener and admin on :0 and the warmpath cluster pointed at extproc.
-// mutate may adjust the bootstrap further.
-func startEnvoy(t testing.TB, file, extproc string) *envoytest.Envoy {
+// listener and admin on :0 and the warmpath cluster balancing over the
+// extproc addresses (one per warmpath replica).
+func startEnvoy(t testing.TB, file string, extprocs ...string) *envoytest.Envoy {
 	t.Helper()
 	bs, err := envoy.LoadBootstrap(filepath.Join(envoytest.RepoRoot(t), file))
 	if err != nil {
@@ -159,11 +170,9 @@ func startEnvoy(t testing.TB, file, extproc string) *envoytest.Envoy {
 	for _, l := range bs.StaticResources.Listeners {
 		l.Address.GetSocketAddress().PortSpecifier = &corev3.SocketAddress_PortValue{PortValue: 0}
 	}
-	host, port, _ := strings.Cut(extproc, ":")
-	pn, _ := strconv.Atoi(port)
 	for _, c := range bs.StaticResources.Clusters {
 		if c.Name == "warmpath" {
-			setEndpoint(c, host, pn)
+			setEndpoints(c, extprocs...)
 		}
 	}
 	b, err := envoy.MarshalBootstrap(bs)
@@ -174,7 +183,18 @@ func startEnvoy(t testing.TB, file, extproc string) *envoytest.Envoy {
 }
 
 func setEndpoint(c *clusterv3.Cluster, host string, port int) {
-	sa := c.LoadAssignment.Endpoints[0].LbEndpoints[0].GetEndpoint().Address.GetSocketAddress()
-	sa.Address = host
-	sa.PortSpecifier = &corev3.SocketAddress_PortValue{PortValue: uint32(port)}
+	setEndpoints(c, net.JoinHostPort(host, strconv.Itoa(port)))
+}
+
+// setEndpoints makes addrs (host:port) the cluster's only endpoints.
+func setEndpoints(c *clusterv3.Cluster, addrs ...string) {
+	var eps []*endpointv3.LbEndpoint
+	for _, a := range addrs {
+		host, port, _ := net.SplitHostPort(a)
+		pn, _ := strconv.Atoi(port)
+		eps = append(eps, &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+			Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+				Address: host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(pn)}}}}}}})
+	}
+	c.LoadAssignment.Endpoints[0].LbEndpoints = eps
 }

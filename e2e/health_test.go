@@ -1,13 +1,10 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/warmpath/warmpath/e2e/vllmsim"
@@ -164,51 +161,12 @@ func TestRealEnvoyWorkerKilledMidRun(t *testing.T) {
 	t.Parallel()
 	h := startHealthEnv(t, "1h", startSim(t, "w0", false), startSim(t, "w1", false), startSim(t, "w2", false))
 
-	type stream struct {
-		worker string
-		err    error
-		done   chan struct{}
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var streams []*stream
-	var started sync.WaitGroup
-	for range 6 {
-		s := &stream{done: make(chan struct{})}
-		streams = append(streams, s)
-		started.Add(1)
-		go func() {
-			defer close(s.done)
-			first := true
-			defer func() {
-				if first {
-					started.Done()
-				}
-			}()
-			req, _ := http.NewRequestWithContext(ctx, "POST", h.url+"/v1/completions", strings.NewReader(completion(4000, true)))
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				s.err = err
-				return
-			}
-			defer resp.Body.Close()
-			s.worker = resp.Header.Get("x-warmpath-worker")
-			sc := bufio.NewScanner(resp.Body)
-			for sc.Scan() {
-				if first && strings.HasPrefix(sc.Text(), "data: ") {
-					first = false
-					started.Done()
-				}
-			}
-			s.err = sc.Err()
-		}()
-	}
-	started.Wait()
+	streams := openStreams(ctx, h.url, 6)
 	for _, s := range streams {
-		select {
-		case <-s.done:
+		if s.ended() {
 			t.Fatalf("a stream ended before the kill: worker %q: %v", s.worker, s.err)
-		default:
 		}
 	}
 	if n := h.wp.metric(t, "warmpath_assignments_in_flight", `worker="w2"`); n != 2 {

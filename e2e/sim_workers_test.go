@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -267,4 +268,61 @@ func (p *warmpathProc) caughtUp(t *testing.T) map[string]bool {
 		out[s.Worker] = s.CaughtUp
 	}
 	return out
+}
+
+// openStream is one streamed generation through Envoy, held open until
+// its context ends.
+type openStream struct {
+	worker string // x-warmpath-worker
+	err    error
+	done   chan struct{}
+}
+
+// ended reports whether the stream is over.
+func (s *openStream) ended() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// openStreams starts n long streamed completions through url and returns
+// once each has delivered its first token (or failed).
+func openStreams(ctx context.Context, url string, n int) []*openStream {
+	var streams []*openStream
+	var started sync.WaitGroup
+	for range n {
+		s := &openStream{done: make(chan struct{})}
+		streams = append(streams, s)
+		started.Add(1)
+		go func() {
+			defer close(s.done)
+			first := true
+			defer func() {
+				if first {
+					started.Done()
+				}
+			}()
+			req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/completions", strings.NewReader(completion(4000, true)))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				s.err = err
+				return
+			}
+			defer resp.Body.Close()
+			s.worker = resp.Header.Get("x-warmpath-worker")
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				if first && strings.HasPrefix(sc.Text(), "data: ") {
+					first = false
+					started.Done()
+				}
+			}
+			s.err = sc.Err()
+		}()
+	}
+	started.Wait()
+	return streams
 }

@@ -211,6 +211,9 @@ func (rt *requestTrace) decided(r *scoring.Request, input []byte, d *scoring.Dec
 		if d.PromptTokens > 0 {
 			srv.SetAttributes(telemetry.PromptTokens.Int(d.PromptTokens))
 		}
+		if d.StalePeers > 0 {
+			srv.SetAttributes(telemetry.StalePeers.Int(d.StalePeers))
+		}
 		if r.Model != "" {
 			srv.SetAttributes(telemetry.GenAIRequestModel.String(r.Model))
 		}

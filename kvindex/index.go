@@ -558,7 +558,36 @@ func (ix *Index) evictLocked() {
 // the worker really holds. Real events for the same blocks replace the
 // speculation. Unknown workers are ignored.
 func (ix *Index) Speculate(worker string, key ChainKey, tokens []uint32, blockSize int) {
+	ix.AppendSpeculate(nil, worker, key, tokens, blockSize)
+}
+
+// AppendSpeculate is Speculate, and appends to dst the keys of the blocks it
+// entered, root first: what a peer replica enters with SpeculateKeys. dst
+// is returned unchanged when nothing was entered.
+func (ix *Index) AppendSpeculate(dst []uint64, worker string, key ChainKey, tokens []uint32, blockSize int) []uint64 {
 	if blockSize < 1 || len(tokens) < blockSize {
+		return dst
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	id, ok := ix.byName[slotName{worker, 0}]
+	if !ok {
+		return dst
+	}
+	s := ix.slots[id]
+	if key.Model == "" {
+		key.Model = s.model
+	}
+	keys := BlockKeys(key, tokens, blockSize)
+	from := ix.speculateLocked(s, keys)
+	return append(dst, keys[from:]...)
+}
+
+// SpeculateKeys enters, on worker (rank 0), the block keys a peer's
+// AppendSpeculate returned for a request it routed there, as Speculate
+// does for this replica's own. Unknown workers are ignored.
+func (ix *Index) SpeculateKeys(worker string, keys []uint64) {
+	if len(keys) == 0 {
 		return
 	}
 	ix.mu.Lock()
@@ -567,21 +596,24 @@ func (ix *Index) Speculate(worker string, key ChainKey, tokens []uint32, blockSi
 	if !ok {
 		return
 	}
-	s := ix.slots[id]
-	if key.Model == "" {
-		key.Model = s.model
-	}
+	ix.speculateLocked(ix.slots[id], keys)
+}
+
+// speculateLocked enters keys, a chain root first, as speculative on s and
+// returns the index of the first key it entered (len(keys) when none).
+// ix.mu must be held.
+func (ix *Index) speculateLocked(s *slot, keys []uint64) int {
 	now := ix.now().UnixNano()
 	ix.sweepLocked(now)
 	until := now + int64(ix.specTTL)
 	ix.drainTouchesLocked()
-	keys := BlockKeys(key, tokens, blockSize)
 	// Walk from the tail to the first block the worker really holds: the
 	// ones below it are its cached prefix (engines store a chain root
 	// first and evict it tail first), which the lookup has just touched.
 	// A block speculated on less than half a TTL ago stops the walk too:
 	// that speculation covered the blocks below it, and a burst of
 	// siblings costs one probe each.
+	from := len(keys)
 	for i := len(keys) - 1; i >= 0; i-- {
 		ni := ix.nodeFor(keys[i])
 		n := ix.node(ni)
@@ -600,9 +632,11 @@ func (ix *Index) Speculate(worker string, key ChainKey, tokens []uint32, blockSi
 		s.specAt[ni] = until
 		s.specQ = append(s.specQ, specItem{node: ni, until: until})
 		ix.toFront(ni)
+		from = i
 	}
 	ix.evictLocked()
 	ix.gaugesLocked()
+	return from
 }
 
 // sweepLocked drops expired speculative entries.

@@ -164,6 +164,34 @@ func TestLookupCases(t *testing.T) {
 	}
 }
 
+// TestSpeculationSharedWithAPeer: the keys one replica's speculation
+// entered are only those past what the worker holds, and another replica's
+// index entering them sees the same cached prefix.
+func TestSpeculationSharedWithAPeer(t *testing.T) {
+	t.Parallel()
+	here, there := newIndex(t), newIndex(t)
+	p := seqTokens(1, 6*testBlock+1)
+	for _, ix := range []*Index{here, there} {
+		apply(ix, "a", storeEv(p, 0, 2, 100, "")) // both see the worker hold the first 2 blocks
+	}
+	keys := here.AppendSpeculate(nil, "a", mkey, p, testBlock)
+	if len(keys) != 4 {
+		t.Fatalf("entered %d keys, want the 4 blocks past the 2 held", len(keys))
+	}
+	if again := here.AppendSpeculate(nil, "a", mkey, p, testBlock); len(again) != 0 {
+		t.Fatalf("a second speculation within half a TTL entered %d keys, want none", len(again))
+	}
+	if gpu, _ := cachedOn(there.Lookup(mkey, p, testBlock), "a"); gpu != 32 {
+		t.Fatalf("the peer before: %d cached, want 32", gpu)
+	}
+	there.SpeculateKeys("a", keys)
+	there.SpeculateKeys("nobody", keys) // unknown worker: ignored
+	want, _ := cachedOn(here.Lookup(mkey, p, testBlock), "a")
+	if gpu, _ := cachedOn(there.Lookup(mkey, p, testBlock), "a"); gpu != want || want != 96 {
+		t.Fatalf("the peer after: %d cached, here %d; want 96 on both", gpu, want)
+	}
+}
+
 func TestSpeculate(t *testing.T) {
 	t.Parallel()
 	clock := clocktest.New(time.Unix(1000, 0))

@@ -29,8 +29,10 @@ type fixedIndex struct{ matches []kvindex.Match }
 func (f *fixedIndex) AppendLookup(dst []kvindex.Match, _ kvindex.ChainKey, _ []uint32, _ int) []kvindex.Match {
 	return append(dst, f.matches...)
 }
-func (f *fixedIndex) Speculate(string, kvindex.ChainKey, []uint32, int) {}
-func (f *fixedIndex) Stale(string) bool                                 { return false }
+func (f *fixedIndex) AppendSpeculate(dst []uint64, _ string, _ kvindex.ChainKey, _ []uint32, _ int) []uint64 {
+	return dst
+}
+func (f *fixedIndex) Stale(string) bool { return false }
 
 // BenchmarkDecision measures one full decision as the ext_proc layer makes
 // it: prefix lookup through a hashing index, load reconciliation and TTFT

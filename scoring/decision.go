@@ -121,6 +121,9 @@ type Decision struct {
 	Reason string
 	// Decided is when the decision was made.
 	Decided time.Time
+	// StalePeers is the number of peer replicas whose share of the ledger
+	// was behind (nothing heard from them for a while) when it was made.
+	StalePeers int
 	// Shadow lists what each shadow policy would have picked for the same
 	// request, with warmpath's predicted TTFT for that pick. Shadow
 	// evaluation never changes the decision.

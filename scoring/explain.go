@@ -15,6 +15,7 @@ type Explanation struct {
 	TokenizePath   string              `json:"tokenize_path"`
 	TokenizeReason string              `json:"tokenize_reason,omitempty"`
 	PromptTokens   int                 `json:"prompt_tokens"`
+	StalePeers     int                 `json:"stale_peers,omitempty"`
 	Workers        []WorkerExplanation `json:"workers"`
 	Shadow         []ShadowExplanation `json:"shadow,omitempty"`
 }
@@ -47,7 +48,7 @@ type ShadowExplanation struct {
 func (d *Decision) Explain() Explanation {
 	e := Explanation{
 		Chosen: d.Worker, Policy: d.Policy, Mode: d.Mode, Reason: d.Reason,
-		TokenizePath: d.TokenizePath, TokenizeReason: d.TokenizeReason, PromptTokens: d.PromptTokens,
+		TokenizePath: d.TokenizePath, TokenizeReason: d.TokenizeReason, PromptTokens: d.PromptTokens, StalePeers: d.StalePeers,
 		Workers: make([]WorkerExplanation, len(d.Candidates)),
 	}
 	for i, c := range d.Candidates {

@@ -147,7 +147,7 @@ func (f *fakeIndex) AppendLookup(out []kvindex.Match, key kvindex.ChainKey, ids 
 	return out
 }
 
-func (f *fakeIndex) Speculate(worker string, key kvindex.ChainKey, ids []uint32, bs int) {
+func (f *fakeIndex) AppendSpeculate(dst []uint64, worker string, key kvindex.ChainKey, ids []uint32, bs int) []uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ks := f.lastKeys
@@ -164,6 +164,7 @@ func (f *fakeIndex) Speculate(worker string, key kvindex.ChainKey, ids []uint32,
 		f.blocks[k] = h
 	}
 	f.specs = append(f.specs, worker)
+	return append(dst, ks...)
 }
 
 // setKey adds or removes one block key of worker, as a KV event would.

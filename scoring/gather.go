@@ -25,6 +25,7 @@ type gatherer struct {
 	tokens TokenSource // nil: only ids sent by the client are exact
 	index  PrefixIndex // nil: no cache knowledge beyond text history
 	load   EngineLoad  // nil: only warmpath's own assignments are load
+	peers  PeerView    // nil: no peers
 	seed   maphash.Seed
 	next   atomic.Uint64 // rotates the worker asked to tokenize
 	pool   sync.Pool     // *facts
@@ -46,8 +47,10 @@ type facts struct {
 	// a current measurement.
 	loads []discovery.EngineLoad
 	fresh []bool
-	// matches is the index's answer, kept for its storage.
-	matches []kvindex.Match
+	// matches is the index's answer and specKeys the block keys the
+	// decision's speculation entered, kept for their storage.
+	matches  []kvindex.Match
+	specKeys []uint64
 }
 
 // kindOf maps a request surface to the tokenizer's request kind.
@@ -105,6 +108,9 @@ func (g *gatherer) gather(ctx context.Context, req *Request, ws Workers, d *Deci
 		f.chain = nil
 	}
 	g.loadsOf(ws, f)
+	if g.peers != nil {
+		d.StalePeers = g.peers.StalePeers()
+	}
 	return f
 }
 
@@ -165,11 +171,14 @@ func (g *gatherer) loadsOf(ws Workers, f *facts) {
 }
 
 // speculate tells the index that the chosen worker will hold the prompt's
-// blocks.
-func (g *gatherer) speculate(worker string, f *facts) {
+// blocks, and returns the block keys it entered (valid until f is
+// released).
+func (g *gatherer) speculate(worker string, f *facts) []uint64 {
+	f.specKeys = f.specKeys[:0]
 	if f.exact {
-		g.index.Speculate(worker, f.key, f.ids, f.blockSize)
+		f.specKeys = g.index.AppendSpeculate(f.specKeys, worker, f.key, f.ids, f.blockSize)
 	}
+	return f.specKeys
 }
 
 // applyMatches puts the index's answer on the candidates, capped as the

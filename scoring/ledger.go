@@ -16,14 +16,20 @@ import (
 // ledger holds the live assignments and, per worker, those in flight and
 // those recently ended.
 type ledger struct {
-	// told is set once the caller reports first tokens (FirstToken).
+	// told is set once first tokens are reported (FirstToken, or a peer's).
 	told    bool
 	workers map[string]*workerLedger
 	live    map[*Decision]*assignment
+	// remote holds the peers' assignments (shared.go), which load the
+	// workers as the router's own do.
+	remote map[peerKey]*assignment
+	// nextID numbers the router's own assignments for its peers.
+	nextID uint64
 }
 
 func newLedger() ledger {
-	return ledger{workers: make(map[string]*workerLedger), live: make(map[*Decision]*assignment)}
+	return ledger{workers: make(map[string]*workerLedger), live: make(map[*Decision]*assignment),
+		remote: make(map[peerKey]*assignment)}
 }
 
 // worker returns the ledger of worker, creating it.
@@ -36,8 +42,10 @@ func (l *ledger) worker(name string) *workerLedger {
 	return w
 }
 
-// reserve records a as in flight for d.
+// reserve records a as in flight for d and numbers it.
 func (l *ledger) reserve(d *Decision, a *assignment) {
+	l.nextID++
+	a.id = l.nextID
 	a.ledger.inflight = append(a.ledger.inflight, a)
 	l.live[d] = a
 }
@@ -55,13 +63,16 @@ func (l *ledger) end(d *Decision, now time.Time) (*assignment, bool) {
 	return a, true
 }
 
-// firstToken records that d's request produced its first token at now.
-func (l *ledger) firstToken(d *Decision, now time.Time) {
+// firstToken records that d's request produced its first token at now and
+// returns its assignment, or false when d is not live.
+func (l *ledger) firstToken(d *Decision, now time.Time) (*assignment, bool) {
 	l.told = true
-	if a, ok := l.live[d]; ok {
+	a, ok := l.live[d]
+	if ok {
 		a.firstSeen, a.firstAt = true, now
 		a.ledger.lastFirst = now
 	}
+	return a, ok
 }
 
 // forget drops worker's ledger unless it has assignments in flight, and
@@ -74,13 +85,15 @@ func (l *ledger) forget(worker string) bool {
 	return true
 }
 
-// inFlight returns the number of assignments in flight per worker, for
-// workers with any.
+// inFlight returns the number of the router's own assignments in flight
+// per worker, for workers with any.
 func (l *ledger) inFlight() map[string]int {
 	out := make(map[string]int)
 	for name, w := range l.workers {
-		if n := len(w.inflight); n > 0 {
-			out[name] = n
+		for _, a := range w.inflight {
+			if !a.remote {
+				out[name]++
+			}
 		}
 	}
 	return out
@@ -89,6 +102,9 @@ func (l *ledger) inFlight() map[string]int {
 // assignment is one routed request from its decision to its Done: the load
 // it reserves on its worker and what was predicted for it.
 type assignment struct {
+	// id numbers the router's own assignments; remote marks a peer's.
+	id      uint64
+	remote  bool
 	worker  string
 	ledger  *workerLedger
 	decided time.Time

@@ -28,6 +28,9 @@ type Sources struct {
 	// Load reports scraped engine gauges; nil means warmpath's own
 	// assignments are the only load it knows.
 	Load EngineLoad
+	// Peers says how current the peers' share of the ledger is; nil when
+	// there are no peers.
+	Peers PeerView
 }
 
 // Option configures a Router.
@@ -64,6 +67,7 @@ type Router struct {
 	m       *metrics
 	now     func() time.Time
 	seed    uint64
+	sink    LedgerSink // nil: the ledger is not shared
 
 	mu     sync.Mutex // guards the fields below
 	ledger ledger
@@ -106,9 +110,12 @@ func New(name string, cfg Config, src Sources, o component.Options, opts ...Opti
 	}
 	r.learn = newLearner(&r.cfg)
 	r.text = newTextRoutes(&r.cfg)
-	r.gather = &gatherer{cfg: &r.cfg, m: m, tokens: src.Tokens, index: src.Index, load: src.Load, seed: maphash.MakeSeed()}
+	r.gather = &gatherer{cfg: &r.cfg, m: m, tokens: src.Tokens, index: src.Index, load: src.Load, peers: src.Peers, seed: maphash.MakeSeed()}
 	for _, opt := range opts {
 		opt(r)
+	}
+	if err := o.Register("scoring ledger", peerInFlightCollector{r}); err != nil {
+		return nil, err
 	}
 	r.policy = mk(r.seed)
 	for i, s := range cfg.Shadow {
@@ -168,8 +175,9 @@ func (r *Router) decide(ctx context.Context, req *Request, ws Workers, commit bo
 		d.Shadow = append(d.Shadow, ShadowPick{Policy: s.name, Worker: c.Worker,
 			PredictedTTFT: c.PredictedTTFT, Regret: c.PredictedTTFT - d.Chosen.PredictedTTFT})
 	}
+	var a *assignment
 	if commit {
-		r.reserve(d, v, idx, f, req.Stream, now)
+		a = r.reserve(d, v, idx, f, req.Stream, now)
 		if f.chain != nil {
 			r.text.record(d.Worker, f.chain, now)
 		}
@@ -180,7 +188,10 @@ func (r *Router) decide(ctx context.Context, req *Request, ws Workers, commit bo
 	if !commit {
 		return d, nil
 	}
-	r.gather.speculate(d.Worker, f)
+	keys := r.gather.speculate(d.Worker, f)
+	if r.sink != nil {
+		r.sink.Reserved(a.shared(keys))
+	}
 	for _, s := range d.Shadow {
 		r.m.shadowRegret.WithLabelValues(s.Policy).Observe(s.Regret.Seconds())
 		if s.Worker == d.Worker {
@@ -190,9 +201,9 @@ func (r *Router) decide(ctx context.Context, req *Request, ws Workers, commit bo
 	return d, nil
 }
 
-// reserve records the decision as in flight on the chosen worker. r.mu
-// must be held.
-func (r *Router) reserve(d *Decision, v *view, idx int, f *facts, stream bool, now time.Time) {
+// reserve records the decision as in flight on the chosen worker and
+// returns its assignment. r.mu must be held.
+func (r *Router) reserve(d *Decision, v *view, idx int, f *facts, stream bool, now time.Time) *assignment {
 	c := d.Candidates[idx]
 	bs := f.blockSize
 	a := &assignment{
@@ -213,6 +224,7 @@ func (r *Router) reserve(d *Decision, v *view, idx int, f *facts, stream bool, n
 	}
 	a.pred = prediction{queue: (c.QueueWait - a.kvWait).Seconds(), prefill: c.Prefill.Seconds(), overhead: c.Overhead.Seconds(), factor: v.factor[idx]}
 	r.ledger.reserve(d, a)
+	return a
 }
 
 // FirstToken tells the router that the request of d produced its first
@@ -223,8 +235,12 @@ func (r *Router) reserve(d *Decision, v *view, idx int, f *facts, stream bool, n
 // non-streamed ones keep the predicted time. Unknown decisions are ignored.
 func (r *Router) FirstToken(d *Decision) {
 	r.mu.Lock()
-	r.ledger.firstToken(d, r.now())
+	now := r.now()
+	a, ok := r.ledger.firstToken(d, now)
 	r.mu.Unlock()
+	if ok && r.sink != nil {
+		r.sink.FirstToken(a.id, now)
+	}
 }
 
 // Done ends the assignment of d: its load is released and, when the request
@@ -247,6 +263,9 @@ func (r *Router) Done(d *Decision, o Outcome) {
 		l = r.learn.learn(a, o, now)
 	}
 	r.mu.Unlock()
+	if r.sink != nil {
+		r.sink.Ended(a.id)
+	}
 	if learnOK {
 		r.m.learned(a.worker, l, r.log)
 	}

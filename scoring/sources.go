@@ -27,14 +27,14 @@ type TokenSource interface {
 // PrefixIndex is the KV-cache index.
 //
 // AppendLookup appends, for the workers holding any of the prompt's leading
-// blocks, their cached prefix of ids in tokens. Speculate records that
+// blocks, their cached prefix of ids in tokens. AppendSpeculate records that
 // worker was just assigned ids, so that requests decided before its KV
 // events arrive see those blocks as (soon) cached, as the engine itself
-// does. Stale reports whether the index's view of worker is known to be
-// incomplete.
+// does, and appends the block keys it entered (for peers). Stale reports
+// whether the index's view of worker is known to be incomplete.
 type PrefixIndex interface {
 	AppendLookup(dst []kvindex.Match, key kvindex.ChainKey, ids []uint32, blockSize int) []kvindex.Match
-	Speculate(worker string, key kvindex.ChainKey, ids []uint32, blockSize int)
+	AppendSpeculate(dst []uint64, worker string, key kvindex.ChainKey, ids []uint32, blockSize int) []uint64
 	Stale(worker string) bool
 }
 
@@ -43,4 +43,11 @@ type PrefixIndex interface {
 // measurement: the router treats it as missing, never as an idle worker.
 type EngineLoad interface {
 	Load(worker string) (l discovery.EngineLoad, ok bool)
+}
+
+// PeerView says how current the peers' part of the ledger is: StalePeers
+// is the number of peers whose assignments the ledger holds but from whom
+// nothing came for a while. *peers.Mesh implements it.
+type PeerView interface {
+	StalePeers() int
 }

@@ -41,6 +41,7 @@ const (
 	Reason                  = attribute.Key("warmpath.reason")
 	Tenant                  = attribute.Key("warmpath.tenant")
 	PromptTokens            = attribute.Key("warmpath.prompt_tokens")
+	StalePeers              = attribute.Key("warmpath.peers.stale")
 	PredictedCachedTokens   = attribute.Key("warmpath.predicted.cached_tokens")
 	PredictedQueueWait      = attribute.Key("warmpath.predicted.queue_wait")
 	PredictedPrefill        = attribute.Key("warmpath.predicted.prefill")

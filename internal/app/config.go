@@ -19,6 +19,7 @@ import (
 	"github.com/warmpath/warmpath/extproc"
 	"github.com/warmpath/warmpath/kvevents"
 	"github.com/warmpath/warmpath/kvindex"
+	"github.com/warmpath/warmpath/peers"
 	"github.com/warmpath/warmpath/scoring"
 	"github.com/warmpath/warmpath/telemetry"
 )
@@ -58,6 +59,9 @@ type Config struct {
 	Telemetry telemetry.Config `yaml:"telemetry"`
 	// Tenant says where a request's tenant identity comes from.
 	Tenant extproc.TenantConfig `yaml:"tenant"`
+	// Peers are the other warmpath replicas in front of the same workers,
+	// with which this one shares its in-flight ledger (peers.Config).
+	Peers peers.Config `yaml:"peers"`
 
 	path string // the file it was loaded from, for reloads
 }
@@ -145,6 +149,7 @@ func DefaultConfig() Config {
 		Scoring:   scoring.DefaultConfig(),
 		Log:       LogConfig{Level: "info", Format: "text"},
 		Tenant:    extproc.DefaultTenantConfig(),
+		Peers:     peers.DefaultConfig(),
 	}
 }
 
@@ -301,6 +306,7 @@ func (c *Config) Validate() error {
 		bad("log.format: want text or json, got %q", c.Log.Format)
 	}
 	errs = append(errs, within("tenant", c.Tenant.Validate())...)
+	errs = append(errs, within("peers", c.Peers.Validate())...)
 	return errors.Join(errs...)
 }
 

@@ -198,5 +198,6 @@ func normalised(c Config) Config {
 	c.Scoring.Shadow, c.Scoring.Budgets, c.Scoring.KVBlocks = nil, nil, nil
 	c.Discovery.Kubernetes.Defaults.Models = nil
 	c.Models, c.Workers = nil, nil
+	c.Peers.Static = nil
 	return c
 }

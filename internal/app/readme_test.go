@@ -58,7 +58,9 @@ func typeOf(c prometheus.Collector) string {
 	}
 	ch := make(chan prometheus.Metric, 64)
 	go func() { c.Collect(ch); close(ch) }()
-	kind := "untyped"
+	// warmpath's own collectors export gauges computed when scraped; one
+	// with nothing to export yet is one of those.
+	kind := "gauge"
 	for m := range ch {
 		var pb dto.Metric
 		if m.Write(&pb) == nil {
@@ -78,13 +80,17 @@ func typeOf(c prometheus.Collector) string {
 var descRE = regexp.MustCompile(`fqName: "([^"]+)", help: "((?:[^"\\]|\\.)*)", (?:unit: "[^"]*", )?constLabels: \{[^}]*\}, variableLabels: \{([^}]*)\}`)
 
 // registered lists the series warmpath registers (without the Go runtime's
-// and the process's), with static discovery from a file and, beside it,
-// what the Kubernetes source adds, sorted by name.
+// and the process's), with static discovery from a file, peers on, and,
+// beside it, what the Kubernetes source adds, sorted by name.
 func registered(t *testing.T) []series {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "warmpath.yaml")
-	yaml := "models: [{name: m}]\nworkers: [{name: w0, address: '127.0.0.1:1', models: [m]}]\n"
+	dir := t.TempDir()
+	path, token := filepath.Join(dir, "warmpath.yaml"), filepath.Join(dir, "peer-token")
+	yaml := "models: [{name: m}]\nworkers: [{name: w0, address: '127.0.0.1:1', models: [m]}]\npeers: {token_file: " + token + "}\n"
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(token, []byte("a secret shared by every replica"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := LoadConfig(path)

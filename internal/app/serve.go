@@ -25,6 +25,7 @@ import (
 	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/kvevents"
 	"github.com/warmpath/warmpath/kvindex"
+	"github.com/warmpath/warmpath/peers"
 	"github.com/warmpath/warmpath/scoring"
 	"github.com/warmpath/warmpath/telemetry"
 	"github.com/warmpath/warmpath/tokenize"
@@ -43,6 +44,7 @@ type parts struct {
 	guard   *discovery.Guard
 	index   *kvindex.Index
 	subs    *kvevents.Subscribers
+	mesh    *peers.Mesh // nil when the ledger is not shared
 	router  *scoring.Router
 	tp      *telemetry.Provider
 	proc    *extproc.Server
@@ -85,8 +87,18 @@ func assemble(ctx context.Context, cfg Config, eo embedOptions, reg prometheus.R
 	if err != nil {
 		return nil, err
 	}
-	router, err := scoring.New(cfg.Policy, cfg.scoringConfig(), scoring.Sources{Tokens: tokens, Index: index, Load: scraper},
-		component.Options{Logger: log.With("component", "scoring"), Registerer: reg})
+	src := scoring.Sources{Tokens: tokens, Index: index, Load: scraper}
+	var ropts []scoring.Option
+	var mesh *peers.Mesh
+	if cfg.Peers.Enabled() {
+		if mesh, err = peers.New(cfg.Peers, component.Options{Logger: log.With("component", "peers"), Registerer: reg}); err != nil {
+			return nil, err
+		}
+		src.Peers = mesh
+		ropts = append(ropts, scoring.WithLedgerSink(mesh))
+	}
+	router, err := scoring.New(cfg.Policy, cfg.scoringConfig(), src,
+		component.Options{Logger: log.With("component", "scoring"), Registerer: reg}, ropts...)
 	if err != nil {
 		return nil, fmt.Errorf("scoring: %w", err)
 	}
@@ -106,7 +118,7 @@ func assemble(ctx context.Context, cfg Config, eo embedOptions, reg prometheus.R
 	}
 
 	return &parts{log: log, pool: pool, scraper: scraper, guard: guard, index: index, subs: subs,
-		router: router, tp: tp, proc: proc}, nil
+		mesh: mesh, router: router, tp: tp, proc: proc}, nil
 }
 
 // serve runs warmpath until ctx ends: the ext_proc gRPC server, the admin
@@ -125,6 +137,9 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	)
 	extprocv3.RegisterExternalProcessorServer(gs, p.proc)
+	if p.mesh != nil {
+		p.mesh.Register(gs)
+	}
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	for _, svc := range healthServices {
@@ -147,7 +162,12 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		return !stopping.Load() && p.pool.ReadyWhere(func(w discovery.Worker) bool { return w.KVEvents == "" || p.subs.CaughtUp(w.Name) })
 	}
 	status := func() any {
-		return map[string]any{"workers": discovery.Status(p.pool, p.scraper, p.guard), "index": mergeStreams(p.index.Streams(), p.subs.Streams()), "in_flight": p.router.InFlight()}
+		st := map[string]any{"workers": discovery.Status(p.pool, p.scraper, p.guard), "index": mergeStreams(p.index.Streams(), p.subs.Streams()),
+			"in_flight": p.router.InFlight()}
+		if p.mesh != nil {
+			st["peers"], st["peer_in_flight"] = p.mesh.Status(), p.router.PeerInFlight()
+		}
+		return st
 	}
 	admin := &http.Server{
 		Handler:           newAdminHandler(reg, ready, p.pool, p.router, status),
@@ -168,6 +188,10 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		return nil
 	})
 	g.Go(func() error { return p.subs.Run(gctx) })
+	if p.mesh != nil {
+		p.mesh.SetAdvertise(grpcLis.Addr().String())
+		g.Go(func() error { return p.mesh.Run(gctx, p.router, p.index) })
+	}
 	g.Go(func() error { return p.pool.Run(gctx) })
 	g.Go(func() error { return p.scraper.Run(gctx) })
 	g.Go(func() error { return p.guard.Run(gctx) })

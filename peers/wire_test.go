@@ -1,0 +1,154 @@
+package peers
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/warmpath/warmpath/scoring"
+)
+
+func TestEventsRoundTrip(t *testing.T) {
+	t.Parallel()
+	sent := time.Unix(1_800_000_000, 5)
+	recv := time.Unix(900, 0) // another clock entirely
+	a := scoring.SharedAssignment{
+		ID: 7, Worker: "w-1", Decided: sent.Add(-3 * time.Millisecond), Start: sent.Add(40 * time.Millisecond),
+		First: sent.Add(90 * time.Millisecond), Prompt: 8192, Uncached: 512.5, Blocks: 512, OwnBlocks: 48,
+		Stream: true, SpecKeys: []uint64{1, 1 << 63, 42},
+	}
+	var e encoder
+	e.reset(sent)
+	e.reserved(&a)
+	e.firstToken(7, sent.Add(-time.Millisecond))
+	e.ended(3)
+	got, err := decodeEvents(nil, e.frame(e.at), recv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := a
+	want.Decided, want.Start, want.First = recv.Add(-3*time.Millisecond), recv.Add(40*time.Millisecond), recv.Add(90*time.Millisecond)
+	if len(got) != 3 || !reflect.DeepEqual(got[0].Assignment, want) {
+		t.Fatalf("reserved: got %+v\nwant %+v", got[0].Assignment, want)
+	}
+	if !reflect.DeepEqual(got[1], scoring.PeerEvent{Kind: scoring.PeerFirstToken, ID: 7, At: recv.Add(-time.Millisecond)}) ||
+		!reflect.DeepEqual(got[2], scoring.PeerEvent{Kind: scoring.PeerEnded, ID: 3}) {
+		t.Fatalf("first token, ended: %+v %+v", got[1], got[2])
+	}
+	e.reset(sent)
+	e.ended(9)
+	late, err := decodeEvents(nil, e.frame(sent.Add(5*time.Millisecond)), recv)
+	if err != nil || len(late) != 1 {
+		t.Fatalf("frame sent 5 ms after its base: %v, %+v", err, late)
+	}
+	e.reset(sent)
+	e.firstToken(1, sent)
+	aged, _ := decodeEvents(nil, e.frame(sent.Add(5*time.Millisecond)), recv)
+	if want := recv.Add(-5 * time.Millisecond); !aged[0].At.Equal(want) {
+		t.Fatalf("a time 5 ms before sending arrives as %v, want %v", aged[0].At, want)
+	}
+	e.reset(sent)
+	hb, err := decodeEvents(got[:0], e.frame(e.at), recv)
+	if err != nil || len(hb) != 0 {
+		t.Fatalf("heartbeat: %v, %d events", err, len(hb))
+	}
+}
+
+func TestHelloRoundTrip(t *testing.T) {
+	t.Parallel()
+	h := hello{ID: 1 << 60, Name: "warmpath-0", Advertise: "10.0.0.1:9002"}
+	h.Nonce[3], h.Proof[31] = 9, 8
+	for _, proof := range []bool{false, true} {
+		got, err := decodeHello(appendHello(nil, h, proof), proof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := h
+		if proof {
+			want.Nonce = [16]byte{}
+		} else {
+			want.Proof = [32]byte{}
+		}
+		if got != want {
+			t.Fatalf("proof=%v: got %+v want %+v", proof, got, want)
+		}
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	t.Parallel()
+	var e encoder
+	e.reset(time.Unix(0, 0))
+	e.reserved(&scoring.SharedAssignment{ID: 1, Worker: "w"})
+	good := e.frame(e.at)
+	tests := []struct {
+		name string
+		b    []byte
+	}{
+		{"empty", nil},
+		{"version", append([]byte{9}, good[1:]...)},
+		{"kind", []byte{wireVersion, 'X', 0}},
+		{"hello as events", appendHello(nil, hello{ID: 1}, false)},
+		{"truncated", good[:len(good)-2]},
+		{"trailing", append(append([]byte{}, good...), 0)},
+		{"too many events", []byte{wireVersion, kindEvents, 0, 0xff, 0xff, 0xff, 0x7f}},
+		{"unknown tag", []byte{wireVersion, kindEvents, 0, 1, 'Z'}},
+		{"no worker", func() []byte {
+			var e encoder
+			e.reset(time.Unix(0, 0))
+			e.reserved(&scoring.SharedAssignment{ID: 1})
+			return e.frame(e.at)
+		}()},
+		{"huge key count", []byte{wireVersion, kindEvents, 0, 1, tagReserved, 1, 1, 'w', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if _, err := decodeEvents(nil, tc.b, time.Unix(0, 0)); !errors.Is(err, ErrFrame) {
+				t.Fatalf("err = %v, want ErrFrame", err)
+			}
+		})
+	}
+}
+
+// FuzzDecodeEvents: no input makes the decoder panic or return events
+// with an error, and what decodes re-encodes to a frame that decodes the
+// same.
+func FuzzDecodeEvents(f *testing.F) {
+	var e encoder
+	e.reset(time.Unix(100, 0))
+	e.reserved(&scoring.SharedAssignment{ID: 1, Worker: "w", Uncached: 3, SpecKeys: []uint64{5}})
+	e.firstToken(1, time.Unix(101, 0))
+	e.ended(1)
+	f.Add(e.frame(e.at))
+	f.Add(appendHello(nil, hello{ID: 2, Name: "n"}, true))
+	f.Add([]byte{wireVersion, kindEvents, 0, 0})
+	base := time.Unix(1000, 0)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		evs, err := decodeEvents(nil, b, base)
+		if err != nil {
+			if len(evs) != 0 {
+				t.Fatalf("%d events with error %v", len(evs), err)
+			}
+			_, _ = decodeHello(b, true)
+			return
+		}
+		var e encoder
+		e.reset(base)
+		for i := range evs {
+			switch ev := &evs[i]; ev.Kind {
+			case scoring.PeerReserved:
+				e.reserved(&ev.Assignment)
+			case scoring.PeerFirstToken:
+				e.firstToken(ev.ID, ev.At)
+			case scoring.PeerEnded:
+				e.ended(ev.ID)
+			}
+		}
+		again, err := decodeEvents(nil, e.frame(e.at), base)
+		if err != nil || !reflect.DeepEqual(again, evs) {
+			t.Fatalf("re-encoded frame decodes as %+v, %v; want %+v", again, err, evs)
+		}
+	})
+}

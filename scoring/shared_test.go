@@ -1,0 +1,125 @@
+package scoring
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// loopSink hands a router's ledger changes straight to another router, as
+// the peers transport does over the network.
+type loopSink struct {
+	mu   sync.Mutex
+	to   *Router
+	peer string
+	keys [][]uint64 // SpecKeys of each Reserved
+}
+
+func (l *loopSink) Reserved(a SharedAssignment) {
+	l.mu.Lock()
+	l.keys = append(l.keys, slices.Clone(a.SpecKeys))
+	l.mu.Unlock()
+	l.to.ApplyPeer(l.peer, []PeerEvent{{Kind: PeerReserved, Assignment: a}})
+}
+
+func (l *loopSink) FirstToken(id uint64, at time.Time) {
+	l.to.ApplyPeer(l.peer, []PeerEvent{{Kind: PeerFirstToken, ID: id, At: at}})
+}
+
+func (l *loopSink) Ended(id uint64) {
+	l.to.ApplyPeer(l.peer, []PeerEvent{{Kind: PeerEnded, ID: id}})
+}
+
+// twoReplicas returns two routers over the same workers and clock, a
+// sharing its ledger with b.
+func twoReplicas(t *testing.T) (a, b *rig, sink *loopSink) {
+	t.Helper()
+	b = newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	sink = &loopSink{to: b.r, peer: "a"}
+	a = newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	a.r.sink = sink
+	a.clock, a.load.clock = b.clock, b.clock
+	a.r.now = b.clock.Now
+	return a, b, sink
+}
+
+// TestSharedLedgerSpreadsAcrossReplicas: what one replica routed loads the
+// workers in the other's view, so the other sends its request to the
+// worker the first left idle (alone, it would take the first worker in
+// turn), and ending the assignments, or dropping the silent peer, unloads
+// them again.
+func TestSharedLedgerSpreadsAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	a, b, _ := twoReplicas(t)
+	ws := pool(4)
+	var fromA []*Decision
+	busy := map[string]bool{}
+	for i := range 3 {
+		d, err := a.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(100+i, 0, 2048)}, ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromA = append(fromA, d)
+		busy[d.Worker] = true
+	}
+	d, err := b.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(200, 0, 2048)}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(busy) != 3 || busy[d.Worker] {
+		t.Fatalf("a filled %v; b chose %s, want the idle worker", busy, d.Worker)
+	}
+	if got := b.r.PeerInFlight(); len(got) != 3 {
+		t.Fatalf("b holds a's assignments on %v, want 3 workers", got)
+	}
+	for _, d := range fromA[:2] {
+		a.r.Done(d, Outcome{End: EndAborted})
+	}
+	n := 0
+	for _, k := range b.r.PeerInFlight() {
+		n += k
+	}
+	if n != 1 {
+		t.Fatalf("b holds %d of a's assignments after two ended, want 1", n)
+	}
+	b.r.DropPeer("a")
+	if got := b.r.PeerInFlight(); len(got) != 0 {
+		t.Fatalf("b still holds %v of a silent peer", got)
+	}
+	p, err := b.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 2048)}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range p.Candidates {
+		if want := map[bool]int{true: 1}[c.Worker == d.Worker]; c.InFlight != want {
+			t.Errorf("%s: %d in flight, want b's own %d", c.Worker, c.InFlight, want)
+		}
+	}
+}
+
+// TestSharedLedgerCarriesFirstTokensAndSpeculation: a peer's reported
+// first token ends its prefill in the receiver's view, and the blocks the
+// sender's speculation entered travel with the reservation.
+func TestSharedLedgerCarriesFirstTokensAndSpeculation(t *testing.T) {
+	t.Parallel()
+	a, b, sink := twoReplicas(t)
+	ws := pool(1)
+	ids := prompt(7, 0, 4096)
+	d, err := a.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: ids, Stream: true}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sink.keys) != 1 || len(sink.keys[0]) != 4096/16 {
+		t.Fatalf("speculated keys sent: %d reservations, first with %d keys; want 1 with 256", len(sink.keys), len(sink.keys[0]))
+	}
+	a.r.FirstToken(d)
+	b.clock.Advance(time.Millisecond)
+	p, err := b.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(8, 0, 512)}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := p.Candidates[0]; c.WorkAhead != 0 || c.Decoding != 1 {
+		t.Fatalf("after the peer's first token: work ahead %d, decoding %d; want 0 and 1", c.WorkAhead, c.Decoding)
+	}
+}
