@@ -33,6 +33,10 @@ type Config struct {
 	// Heartbeat is how often an idle replica tells its followers it is
 	// alive. Default 200ms.
 	Heartbeat time.Duration `yaml:"heartbeat"`
+	// Linger is how long a change waits for others to share its frame: the
+	// delay before peers see it, against the cost of a frame per change.
+	// Default 1ms.
+	Linger time.Duration `yaml:"linger"`
 	// StaleAfter marks a peer stale (decisions say they used a stale
 	// view) when nothing came from it that long. Default 1s.
 	StaleAfter time.Duration `yaml:"stale_after"`
@@ -44,7 +48,8 @@ type Config struct {
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
-	return Config{DNSInterval: 5 * time.Second, Heartbeat: 200 * time.Millisecond, StaleAfter: time.Second, ExpireAfter: 5 * time.Second}
+	return Config{DNSInterval: 5 * time.Second, Heartbeat: 200 * time.Millisecond, Linger: time.Millisecond,
+		StaleAfter: time.Second, ExpireAfter: 5 * time.Second}
 }
 
 // Enabled reports whether ledger sharing is on.
@@ -80,6 +85,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DNSInterval <= 0 || c.Heartbeat <= 0 || c.StaleAfter <= 0 || c.ExpireAfter <= 0 {
 		bad("dns_interval, heartbeat, stale_after, expire_after: must be positive")
+	}
+	if c.Linger < 0 || c.Linger >= c.Heartbeat {
+		bad("linger: %v, want 0 ≤ linger < heartbeat", c.Linger)
 	}
 	if c.StaleAfter < 2*c.Heartbeat || c.ExpireAfter < c.StaleAfter {
 		bad("want heartbeat × 2 ≤ stale_after ≤ expire_after, got %v, %v, %v", c.Heartbeat, c.StaleAfter, c.ExpireAfter)

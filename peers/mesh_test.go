@@ -19,11 +19,13 @@ import (
 )
 
 // fakeLedger records what a Mesh applies to the router: the live
-// assignments per peer, as the router's ledger would hold them.
+// assignments per peer, as the router's ledger would hold them, and the
+// highest id that ended.
 type fakeLedger struct {
 	mu    sync.Mutex
 	live  map[string]map[uint64]scoring.SharedAssignment
 	drops int
+	ended uint64
 }
 
 func newFakeLedger() *fakeLedger {
@@ -49,6 +51,7 @@ func (f *fakeLedger) ApplyPeer(peer string, evs []scoring.PeerEvent) {
 			}
 		case scoring.PeerEnded:
 			delete(m, ev.ID)
+			f.ended = max(f.ended, ev.ID)
 		}
 	}
 }
@@ -89,6 +92,13 @@ func (f *fakeIndex) SpeculateKeys(worker string, keys []uint64) {
 	f.keys[worker] = append(f.keys[worker], keys...)
 }
 
+// received is the highest id whose end r's ledger got.
+func (r *replica) received() uint64 {
+	r.ledger.mu.Lock()
+	defer r.ledger.mu.Unlock()
+	return r.ledger.ended
+}
+
 // replica is one Mesh serving on a loopback :0 gRPC listener.
 type replica struct {
 	mesh   *Mesh
@@ -99,7 +109,7 @@ type replica struct {
 	stop   func()
 }
 
-func tokenFile(t *testing.T, tok string) string {
+func tokenFile(t testing.TB, tok string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(p, []byte(tok+"\n"), 0o600); err != nil {
@@ -117,7 +127,7 @@ func testConfig(token string, static ...string) Config {
 }
 
 // startReplica runs a Mesh with cfg until the test ends or stop is called.
-func startReplica(t *testing.T, cfg Config) *replica {
+func startReplica(t testing.TB, cfg Config) *replica {
 	t.Helper()
 	r := &replica{ledger: newFakeLedger(), index: &fakeIndex{}, reg: prometheus.NewRegistry()}
 	m, err := New(cfg, component.Options{Registerer: r.reg})
@@ -150,7 +160,7 @@ func startReplica(t *testing.T, cfg Config) *replica {
 }
 
 // eventually polls cond for up to 10 s.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {

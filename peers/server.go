@@ -171,6 +171,13 @@ func (m *Mesh) send(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-m.wake:
+			// Let the batch fill for a moment: one frame per decision
+			// would cost more in gRPC than the decision itself.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(m.cfg.Linger):
+			}
 			m.mu.Lock()
 			m.flushLocked(m.now(), false)
 			m.mu.Unlock()

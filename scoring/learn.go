@@ -56,6 +56,7 @@ func (l *learner) model(worker string) StepModel {
 
 // learned is what one outcome taught, for metrics and logs outside the lock.
 type learned struct {
+	unexplained  bool // not fitted: unknown load was ahead of it
 	outlier      bool
 	reset        bool
 	model        StepModel
@@ -115,8 +116,11 @@ func (l *learner) learn(a *assignment, o Outcome, now time.Time) learned {
 		w.offloaded = min(w.offloaded, w.cached)
 	}
 	// An outcome that waited for KV blocks says little about step
-	// times: the wait is priced separately and not fitted.
-	if a.kvWait == 0 {
+	// times: the wait is priced separately and not fitted. Nor does one
+	// that waited behind requests no ledger knew of: fitted, their work
+	// would become this worker's slowness.
+	res.unexplained = a.unexplained
+	if a.kvWait == 0 && !a.unexplained {
 		resets := st.cal.resets
 		res.outlier = st.cal.observe(w.features(), actual/a.pred.factor, l.cfg)
 		res.reset = st.cal.resets != resets

@@ -135,6 +135,9 @@ type assignment struct {
 	// engine's answer).
 	cached int
 	exact  bool
+	// unexplained is set when, while it waited for its first token, the
+	// engine ran or queued requests no ledger knew of.
+	unexplained bool
 }
 
 // pastFirst reports whether a is (believed to be) decoding at t. When the
@@ -387,5 +390,21 @@ func (s *workerLedger) load(now time.Time, r discovery.EngineLoad, fresh bool, b
 	l.decoding += float64(extraRunning)
 	l.decodeCtx += float64(extraRunning) * typ.prompt
 	l.blocks += extra * int(typ.prompt) / blockSize
+	if extra > 0 {
+		s.markUnexplained(r.ScrapedAt, told)
+	}
 	return l
+}
+
+// markUnexplained flags the router's own assignments that were waiting for
+// their first token when a scrape showed requests no ledger knows (another
+// router's, or a client's that bypasses warmpath): their time to first
+// token includes work the model never saw, so calibration must not read it
+// as the worker's speed.
+func (s *workerLedger) markUnexplained(at time.Time, told bool) {
+	for _, a := range s.inflight {
+		if !a.remote && !a.decided.After(at) && !a.pastFirst(at, told) {
+			a.unexplained = true
+		}
+	}
 }

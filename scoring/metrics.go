@@ -33,6 +33,7 @@ type metrics struct {
 	outliers      prometheus.Counter     // observations down-weighted
 	resets        prometheus.Counter     // calibration covariance resets
 	idleRestarts  prometheus.Counter     // calibrations restarted after idleness
+	unexplained   prometheus.Counter     // outcomes not fitted: unknown load was ahead
 	prefillPerTok *prometheus.GaugeVec   // worker: learned s/token
 	stepOverhead  *prometheus.GaugeVec   // worker: learned s/step
 }
@@ -64,6 +65,8 @@ func newMetrics(o component.Options) (*metrics, error) {
 			Name: "calibration_resets_total", Help: "Runs of same-sign outliers taken as a worker changing speed, which restart its fit from the prior's uncertainty."}),
 		idleRestarts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "calibration_idle_restarts_total", Help: "Calibrations restarted from the pool's median model because the worker had no outcome for idle_relax while others had."}),
+		unexplained: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "calibration_unexplained_total", Help: "Outcomes calibration did not fit because, while they waited, the engine ran or queued requests no ledger knew of (another router's or a client's bypassing warmpath)."}),
 		prefillPerTok: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "model_prefill_seconds_per_token", Help: "Calibrated prefill cost per token."}, []string{"worker"}),
 		stepOverhead: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
@@ -73,7 +76,7 @@ func newMetrics(o component.Options) (*metrics, error) {
 	m.loadStale = m.loadReports.WithLabelValues("stale")
 	m.loadMissing = m.loadReports.WithLabelValues("missing")
 	if err := o.Register("scoring", m.loadReports, m.staleIndex, m.shadowRegret, m.shadowAgree, m.unknownDone,
-		m.cachedCheck, m.cachedGap, m.outliers, m.resets, m.idleRestarts, m.prefillPerTok, m.stepOverhead); err != nil {
+		m.cachedCheck, m.cachedGap, m.outliers, m.resets, m.idleRestarts, m.unexplained, m.prefillPerTok, m.stepOverhead); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -82,6 +85,9 @@ func newMetrics(o component.Options) (*metrics, error) {
 // learned records what one outcome taught about worker, and logs a reset
 // or a change of the cached-token gap.
 func (m *metrics) learned(worker string, l learned, log *slog.Logger) {
+	if l.unexplained {
+		m.unexplained.Inc()
+	}
 	if l.outlier {
 		m.outliers.Inc()
 	}

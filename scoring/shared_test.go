@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // loopSink hands a router's ledger changes straight to another router, as
@@ -121,5 +123,38 @@ func TestSharedLedgerCarriesFirstTokensAndSpeculation(t *testing.T) {
 	}
 	if c := p.Candidates[0]; c.WorkAhead != 0 || c.Decoding != 1 {
 		t.Fatalf("after the peer's first token: work ahead %d, decoding %d; want 0 and 1", c.WorkAhead, c.Decoding)
+	}
+}
+
+// TestUnexplainedLoadIsNotSpeed: a request that waited while the engine
+// ran work no ledger knew of (another router's) does not teach the worker's
+// speed; the same outcome without that load does.
+func TestUnexplainedLoadIsNotSpeed(t *testing.T) {
+	t.Parallel()
+	for _, foreign := range []bool{false, true} {
+		g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+		ws := pool(1)
+		d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 2048)}, ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.clock.Advance(10 * time.Millisecond)
+		waiting := 0
+		if foreign {
+			waiting = 6 // six requests queued that this router did not route
+		}
+		// The next decision reads a scrape taken while d still waits.
+		g.load.reports["w0"] = loadReport{Running: 1, Waiting: waiting, Scraped: g.clock.Now()}
+		if _, err := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(2, 0, 64)}, ws); err != nil {
+			t.Fatal(err)
+		}
+		g.r.Done(d, Outcome{End: EndCompleted, TTFT: 3 * d.Chosen.PredictedTTFT, PromptTokens: 2048, CachedTokens: 0})
+		moved := g.r.Model("w0") != DefaultConfig().Prior
+		if moved == foreign {
+			t.Errorf("foreign load %v: calibration moved %v", foreign, moved)
+		}
+		if n := testutil.ToFloat64(g.r.m.unexplained); (n == 1) != foreign {
+			t.Errorf("foreign load %v: %v outcomes counted unexplained", foreign, n)
+		}
 	}
 }

@@ -4,16 +4,22 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
 	"github.com/warmpath/warmpath/discovery"
 	"github.com/warmpath/warmpath/internal/clocktest"
 	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/kvindex"
+	"github.com/warmpath/warmpath/peers"
 	"github.com/warmpath/warmpath/scoring"
 )
 
@@ -40,10 +46,6 @@ func (l fixedLoad) Load(worker string) (discovery.EngineLoad, bool) {
 // advances 1 ms per decision and the scrape is renewed every second, as a
 // pool at 1,000 requests/s would see it.
 func BenchmarkDecisionRealIndex(b *testing.B) {
-	ix, err := kvindex.New(kvindex.DefaultConfig(), component.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
 	ws := make([]discovery.Worker, 16)
 	load := fixedLoad{reports: map[string]discovery.EngineLoad{}, at: new(time.Time)}
 	rng := rand.New(rand.NewPCG(1, 1))
@@ -63,46 +65,67 @@ func BenchmarkDecisionRealIndex(b *testing.B) {
 		}
 		prompts[i] = ids
 	}
-	for i, ids := range prompts {
-		n := 256 + rng.IntN(256) // blocks stored: the shared half and some of the tail
-		hashes := make([]uint64, n)
-		for j := range hashes {
-			hashes[j] = uint64(i)<<32 | uint64(j+1)
-		}
-		w := ws[rng.IntN(len(ws))].Name
-		ix.Apply(kvindex.Source{Worker: w, Model: "m"}, []kvindex.Event{{
-			Kind: kvindex.BlockStored, BlockHashes: hashes, TokenIDs: ids[:n*16], BlockSize: 16}})
-	}
-	clock := clocktest.New(time.Unix(1_000_000, 0))
-	*load.at = clock.Now()
-	r, err := scoring.New(scoring.PolicyWarmpath, scoring.DefaultConfig(), scoring.Sources{Index: ix, Load: load},
-		component.Options{Registerer: prometheus.NewRegistry(), Clock: clock.Now})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := context.Background()
-	ring := make([]*scoring.Decision, 64)
-	i := 0
-	pick := func() {
-		d, err := r.Pick(ctx, &scoring.Request{Model: "m", TokenIDs: prompts[i%len(prompts)], Stream: true}, ws)
+	// newIndex returns the index every sub-benchmark starts from (the same
+	// stores in the same order).
+	newIndex := func() *kvindex.Index {
+		ix, err := kvindex.New(kvindex.DefaultConfig(), component.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		slot := i % len(ring)
-		if old := ring[slot]; old != nil {
-			r.Done(old, scoring.Outcome{End: scoring.EndCompleted, TTFT: old.Chosen.PredictedTTFT * 11 / 10,
-				Duration: time.Second, PromptTokens: old.PromptTokens, CachedTokens: old.Chosen.CachedTokens, CompletionTokens: 64})
+		rng := rand.New(rand.NewPCG(2, 2))
+		for i, ids := range prompts {
+			n := 256 + rng.IntN(256) // blocks stored: the shared half and some of the tail
+			hashes := make([]uint64, n)
+			for j := range hashes {
+				hashes[j] = uint64(i)<<32 | uint64(j+1)
+			}
+			w := ws[rng.IntN(len(ws))].Name
+			ix.Apply(kvindex.Source{Worker: w, Model: "m"}, []kvindex.Event{{
+				Kind: kvindex.BlockStored, BlockHashes: hashes, TokenIDs: ids[:n*16], BlockSize: 16}})
 		}
-		ring[slot] = d
-		i++
-		clock.Advance(time.Millisecond)
-		if i%1000 == 0 {
-			*load.at = clock.Now()
+		return ix
+	}
+	ix := newIndex()
+	clock := clocktest.New(time.Unix(1_000_000, 0))
+	*load.at = clock.Now()
+	newRouter := func(ix *kvindex.Index, src scoring.Sources, opts ...scoring.Option) *scoring.Router {
+		src.Index, src.Load = ix, load
+		r, err := scoring.New(scoring.PolicyWarmpath, scoring.DefaultConfig(), src,
+			component.Options{Registerer: prometheus.NewRegistry(), Clock: clock.Now}, opts...)
+		if err != nil {
+			b.Fatal(err)
 		}
+		return r
 	}
-	for range len(ring) {
-		pick()
+	ctx := context.Background()
+	i := 0
+	// picker returns one decision on r and the end of the one 64 before it.
+	picker := func(r *scoring.Router) func() {
+		ring := make([]*scoring.Decision, 64)
+		pick := func() {
+			d, err := r.Pick(ctx, &scoring.Request{Model: "m", TokenIDs: prompts[i%len(prompts)], Stream: true}, ws)
+			if err != nil {
+				b.Fatal(err)
+			}
+			slot := i % len(ring)
+			if old := ring[slot]; old != nil {
+				r.Done(old, scoring.Outcome{End: scoring.EndCompleted, TTFT: old.Chosen.PredictedTTFT * 11 / 10,
+					Duration: time.Second, PromptTokens: old.PromptTokens, CachedTokens: old.Chosen.CachedTokens, CompletionTokens: 64})
+			}
+			ring[slot] = d
+			i++
+			clock.Advance(time.Millisecond)
+			if i%1000 == 0 {
+				*load.at = clock.Now()
+			}
+		}
+		for range len(ring) {
+			pick()
+		}
+		return pick
 	}
+	r := newRouter(ix, scoring.Sources{})
+	pick := picker(r)
 	// predict is the lookup and the prediction on every candidate, which
 	// reserve nothing; pick is the whole decision path.
 	b.Run("predict", func(b *testing.B) {
@@ -124,6 +147,148 @@ func BenchmarkDecisionRealIndex(b *testing.B) {
 		}
 		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 	})
+	// pick-shared is pick on a replica whose ledger a second replica follows
+	// over loopback gRPC: the process's CPU counts the encoding, the
+	// transport and the follower applying every change to its own router
+	// and index. pick-alone is the same decisions on the same fresh index
+	// without a peer, the figure to compare it with.
+	b.Run("pick-alone", func(b *testing.B) {
+		pick := picker(newRouter(newIndex(), scoring.Sources{}))
+		b.ReportAllocs()
+		cpu0 := processCPU(b)
+		for b.Loop() {
+			pick()
+		}
+		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+	})
+	// pick-followed is the same with a follower that only receives (its
+	// ledger and index discard): the decision's own cost of being shared,
+	// transport included; pick-shared minus pick-followed is what the
+	// follower spends applying a peer's decision.
+	shared := func(apply bool) func(b *testing.B) {
+		return func(b *testing.B) {
+			ix, peerIx := newIndex(), newIndex()
+			here := startMesh(b, clock.Now)
+			there := startMesh(b, clock.Now, here.addr)
+			router := newRouter(ix, scoring.Sources{Peers: here.mesh}, scoring.WithLedgerSink(here.mesh))
+			follower := newRouter(peerIx, scoring.Sources{Peers: there.mesh})
+			here.run(b, router, ix)
+			var got atomic.Int64
+			if apply {
+				there.run(b, countingLedger{follower, &got}, peerIx)
+			} else {
+				there.run(b, countingLedger{nil, &got}, nopSpeculator{})
+			}
+			pick := picker(router)
+			for got.Load() == 0 {
+				pick() // until the follower is connected
+				time.Sleep(time.Millisecond)
+			}
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			sent0 := here.sentBytes(b)
+			for b.Loop() {
+				pick()
+			}
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric((here.sentBytes(b)-sent0)/float64(b.N), "peer-B/op")
+		}
+	}
+	b.Run("pick-followed", shared(false))
+	b.Run("pick-shared", shared(true))
+}
+
+// countingLedger counts the peer events it passes to r (nil: discards).
+type countingLedger struct {
+	r *scoring.Router
+	n *atomic.Int64
+}
+
+func (l countingLedger) ApplyPeer(peer string, evs []scoring.PeerEvent) {
+	l.n.Add(int64(len(evs)))
+	if l.r != nil {
+		l.r.ApplyPeer(peer, evs)
+	}
+}
+
+func (l countingLedger) DropPeer(peer string) {
+	if l.r != nil {
+		l.r.DropPeer(peer)
+	}
+}
+
+type nopSpeculator struct{}
+
+func (nopSpeculator) SpeculateKeys(string, []uint64) {}
+
+// benchMesh is a peers.Mesh served on a loopback :0 listener.
+type benchMesh struct {
+	mesh *peers.Mesh
+	reg  *prometheus.Registry
+	gs   *grpc.Server
+	addr string
+}
+
+// startMesh serves a Mesh following static peers until the benchmark ends.
+func startMesh(b *testing.B, now func() time.Time, static ...string) *benchMesh {
+	b.Helper()
+	tok := filepath.Join(b.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte("a secret the benchmark's replicas share"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cfg := peers.DefaultConfig()
+	cfg.TokenFile, cfg.Static = tok, static
+	bm := &benchMesh{reg: prometheus.NewRegistry(), gs: grpc.NewServer()}
+	m, err := peers.New(cfg, component.Options{Registerer: bm.reg, Clock: now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bm.mesh = m
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	bm.addr = lis.Addr().String()
+	m.SetAdvertise(bm.addr)
+	m.Register(bm.gs)
+	go func() { _ = bm.gs.Serve(lis) }()
+	b.Cleanup(bm.gs.Stop)
+	return bm
+}
+
+// run runs the mesh into ledger and spec until the benchmark ends.
+func (bm *benchMesh) run(b *testing.B, ledger peers.Ledger, spec peers.Speculator) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = bm.mesh.Run(ctx, ledger, spec)
+	}()
+	b.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+// sentBytes is the mesh's warmpath_peer_bytes_total{direction="sent"}.
+func (bm *benchMesh) sentBytes(b *testing.B) float64 {
+	mfs, err := bm.reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "warmpath_peer_bytes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "direction" && l.GetValue() == "sent" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // processCPU returns the process's user+system CPU time in nanoseconds.
