@@ -6,6 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/warmpath/warmpath/e2e/envoytest"
 )
 
@@ -18,8 +25,10 @@ func bootstraps(t *testing.T) []string {
 	return ms
 }
 
-func TestBootstrapsDecodeStrictly(t *testing.T) {
-	t.Parallel()
+// eachBootstrap runs check, in parallel, on every bootstrap decoded
+// strictly, as a subtest named after its file.
+func eachBootstrap(t *testing.T, check func(t *testing.T, bs *bootstrapv3.Bootstrap)) {
+	t.Helper()
 	for _, p := range bootstraps(t) {
 		t.Run(p, func(t *testing.T) {
 			t.Parallel()
@@ -27,11 +36,91 @@ func TestBootstrapsDecodeStrictly(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(bs.GetStaticResources().GetListeners()) == 0 {
-				t.Fatal("no listener")
-			}
+			check(t, bs)
 		})
 	}
+}
+
+func TestBootstrapsDecodeStrictly(t *testing.T) {
+	t.Parallel()
+	eachBootstrap(t, func(t *testing.T, bs *bootstrapv3.Bootstrap) {
+		if len(bs.GetStaticResources().GetListeners()) == 0 {
+			t.Fatal("no listener")
+		}
+	})
+}
+
+// failover is what lets one warmpath replica die without failing the
+// requests after it: the ext_proc streams' retry policy and the warmpath
+// cluster's health check and outlier detection.
+type failover struct {
+	retries []*corev3.RetryPolicy // one per ext_proc filter
+	health  []*corev3.HealthCheck
+	outlier *clusterv3.OutlierDetection
+}
+
+func failoverOf(t *testing.T, bs *bootstrapv3.Bootstrap) failover {
+	t.Helper()
+	var f failover
+	for _, l := range bs.GetStaticResources().GetListeners() {
+		for _, fc := range l.GetFilterChains() {
+			for _, nf := range fc.GetFilters() {
+				var hcm hcmv3.HttpConnectionManager
+				if !nf.GetTypedConfig().MessageIs(&hcm) {
+					continue
+				}
+				if err := nf.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+					t.Fatalf("listener %s: %v", l.GetName(), err)
+				}
+				for _, hf := range hcm.GetHttpFilters() {
+					var ep filterv3.ExternalProcessor
+					if hf.GetTypedConfig().MessageIs(&ep) {
+						if err := hf.GetTypedConfig().UnmarshalTo(&ep); err != nil {
+							t.Fatal(err)
+						}
+						f.retries = append(f.retries, ep.GetGrpcService().GetRetryPolicy())
+					}
+				}
+			}
+		}
+	}
+	for _, c := range bs.GetStaticResources().GetClusters() {
+		if c.GetName() == "warmpath" {
+			f.health, f.outlier = c.GetHealthChecks(), c.GetOutlierDetection()
+		}
+	}
+	return f
+}
+
+// Every bootstrap fails over between warmpath replicas as envoy.yaml does,
+// which e2e/replicas_test.go proves with a replica killed mid-run.
+func TestBootstrapsFailOverAlike(t *testing.T) {
+	t.Parallel()
+	ref, err := LoadBootstrap("envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := failoverOf(t, ref)
+	if len(want.retries) != 1 || want.retries[0] == nil || want.outlier == nil || len(want.health) != 1 || want.health[0].GetGrpcHealthCheck() == nil {
+		t.Fatalf("envoy.yaml: want a retried ext_proc stream and a health-checked, outlier-detected warmpath cluster, got %+v", want)
+	}
+	eachBootstrap(t, func(t *testing.T, bs *bootstrapv3.Bootstrap) {
+		got := failoverOf(t, bs)
+		if len(got.retries) == 0 {
+			t.Fatal("no ext_proc filter")
+		}
+		for i, r := range got.retries {
+			if !proto.Equal(r, want.retries[0]) {
+				t.Errorf("ext_proc filter %d: retry_policy %v, want envoy.yaml's %v", i, r, want.retries[0])
+			}
+		}
+		if len(got.health) != 1 || !proto.Equal(got.health[0], want.health[0]) {
+			t.Errorf("warmpath cluster health_checks %v, want envoy.yaml's %v", got.health, want.health)
+		}
+		if !proto.Equal(got.outlier, want.outlier) {
+			t.Errorf("warmpath cluster outlier_detection %v, want envoy.yaml's %v", got.outlier, want.outlier)
+		}
+	})
 }
 
 func TestUnknownFieldIsRejected(t *testing.T) {
