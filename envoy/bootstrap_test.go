@@ -1,6 +1,8 @@
 package envoy
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,33 +94,48 @@ func failoverOf(t *testing.T, bs *bootstrapv3.Bootstrap) failover {
 	return f
 }
 
-// Every bootstrap fails over between warmpath replicas as envoy.yaml does,
-// which e2e/replicas_test.go proves with a replica killed mid-run.
-func TestBootstrapsFailOverAlike(t *testing.T) {
-	t.Parallel()
+// referenceFailover is envoy.yaml's failover, the one
+// e2e/replicas_test.go proves with a replica killed mid-run.
+func referenceFailover(t *testing.T) failover {
+	t.Helper()
 	ref, err := LoadBootstrap("envoy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := failoverOf(t, ref)
-	if len(want.retries) != 1 || want.retries[0] == nil || want.outlier == nil || len(want.health) != 1 || want.health[0].GetGrpcHealthCheck() == nil {
-		t.Fatalf("envoy.yaml: want a retried ext_proc stream and a health-checked, outlier-detected warmpath cluster, got %+v", want)
+	f := failoverOf(t, ref)
+	if len(f.retries) != 1 || f.retries[0] == nil || f.outlier == nil || len(f.health) != 1 || f.health[0].GetGrpcHealthCheck() == nil {
+		t.Fatalf("envoy.yaml: want a retried ext_proc stream and a health-checked, outlier-detected warmpath cluster, got %+v", f)
 	}
+	return f
+}
+
+// differs reports how f is not want's failover, nil when it is the same.
+func (f failover) differs(want failover) error {
+	var errs []error
+	if len(f.retries) == 0 {
+		errs = append(errs, errors.New("no ext_proc retry_policy"))
+	}
+	for i, r := range f.retries {
+		if !proto.Equal(r, want.retries[0]) {
+			errs = append(errs, fmt.Errorf("ext_proc filter %d: retry_policy %v, want envoy.yaml's %v", i, r, want.retries[0]))
+		}
+	}
+	if len(f.health) != 1 || !proto.Equal(f.health[0], want.health[0]) {
+		errs = append(errs, fmt.Errorf("warmpath health_checks %v, want envoy.yaml's %v", f.health, want.health))
+	}
+	if !proto.Equal(f.outlier, want.outlier) {
+		errs = append(errs, fmt.Errorf("warmpath outlier_detection %v, want envoy.yaml's %v", f.outlier, want.outlier))
+	}
+	return errors.Join(errs...)
+}
+
+// Every bootstrap fails over between warmpath replicas as envoy.yaml does.
+func TestBootstrapsFailOverAlike(t *testing.T) {
+	t.Parallel()
+	want := referenceFailover(t)
 	eachBootstrap(t, func(t *testing.T, bs *bootstrapv3.Bootstrap) {
-		got := failoverOf(t, bs)
-		if len(got.retries) == 0 {
-			t.Fatal("no ext_proc filter")
-		}
-		for i, r := range got.retries {
-			if !proto.Equal(r, want.retries[0]) {
-				t.Errorf("ext_proc filter %d: retry_policy %v, want envoy.yaml's %v", i, r, want.retries[0])
-			}
-		}
-		if len(got.health) != 1 || !proto.Equal(got.health[0], want.health[0]) {
-			t.Errorf("warmpath cluster health_checks %v, want envoy.yaml's %v", got.health, want.health)
-		}
-		if !proto.Equal(got.outlier, want.outlier) {
-			t.Errorf("warmpath cluster outlier_detection %v, want envoy.yaml's %v", got.outlier, want.outlier)
+		if err := failoverOf(t, bs).differs(want); err != nil {
+			t.Error(err)
 		}
 	})
 }
