@@ -1,7 +1,10 @@
 package deploy_test
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/warmpath/warmpath/internal/app"
@@ -9,7 +12,8 @@ import (
 
 // The ConfigMap's warmpath.yaml must load with warmpath's own strict
 // loader (unknown keys, bad durations and invalid values are errors), not
-// only decode as generic YAML.
+// only decode as generic YAML. Its peers validation reads the token file,
+// which in the cluster is the mounted Secret: here it is a temporary file.
 func TestConfigMapLoadsStrictly(t *testing.T) {
 	t.Parallel()
 	m := load(t)
@@ -20,12 +24,23 @@ func TestConfigMapLoadsStrictly(t *testing.T) {
 	if !ok {
 		t.Fatal("ConfigMap has no warmpath.yaml")
 	}
-	cfg, err := app.ParseConfig([]byte(text))
+	mount := "token_file: " + peerTokenPath(t, m.dep[0].Spec.Template)
+	if strings.Count(text, mount) != 1 {
+		t.Fatalf("warmpath.yaml has no %q: peers.token_file must be the Secret's mount", mount)
+	}
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := app.ParseConfig([]byte(strings.Replace(text, mount, "token_file: "+tok, 1)))
 	if err != nil {
 		t.Fatalf("warmpath rejects the ConfigMap's config: %v", err)
 	}
 	if k := cfg.Discovery.Kubernetes; k.Namespace == "" || k.Defaults.HTTPPort == 0 {
 		t.Errorf("kubernetes discovery not configured: %+v", k)
+	}
+	if p := cfg.Peers; !p.Enabled() || p.TokenFile != tok || p.DNS == "" {
+		t.Errorf("peers: %+v, want sharing on through dns with the token at %s", p, tok)
 	}
 	if len(cfg.Workers) != 0 {
 		t.Errorf("static workers %v next to Kubernetes discovery", cfg.Workers)

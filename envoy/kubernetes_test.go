@@ -3,16 +3,22 @@ package envoy
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // The Kubernetes objects below are checked against hand-written mirrors of
@@ -52,6 +58,88 @@ type envoyFilterSpec struct {
 	} `yaml:"configPatches"`
 }
 
+// clusterSettings mirrors Envoy Gateway's ClusterSettings (an ext_proc's
+// backendSettings) as far as the failover between warmpath replicas uses
+// it: api/v1alpha1 shared_types.go, healthcheck_types.go, retry_types.go.
+type clusterSettings struct {
+	HealthCheck struct {
+		Active struct {
+			Type string `yaml:"type"`
+			GRPC struct {
+				Service string `yaml:"service"`
+			} `yaml:"grpc"`
+			Timeout            string `yaml:"timeout"`
+			Interval           string `yaml:"interval"`
+			UnhealthyThreshold uint32 `yaml:"unhealthyThreshold"`
+			HealthyThreshold   uint32 `yaml:"healthyThreshold"`
+		} `yaml:"active"`
+		Passive struct {
+			SplitExternalLocalOriginErrors bool   `yaml:"splitExternalLocalOriginErrors"`
+			ConsecutiveLocalOriginFailures uint32 `yaml:"consecutiveLocalOriginFailures"`
+			Interval                       string `yaml:"interval"`
+			BaseEjectionTime               string `yaml:"baseEjectionTime"`
+			MaxEjectionPercent             uint32 `yaml:"maxEjectionPercent"`
+		} `yaml:"passive"`
+	} `yaml:"healthCheck"`
+	Retry struct {
+		NumRetries uint32 `yaml:"numRetries"`
+		RetryOn    struct {
+			Triggers []string `yaml:"triggers"`
+		} `yaml:"retryOn"`
+		PerRetry struct {
+			BackOff struct {
+				BaseInterval string `yaml:"baseInterval"`
+				MaxInterval  string `yaml:"maxInterval"`
+			} `yaml:"backOff"`
+		} `yaml:"perRetry"`
+	} `yaml:"retry"`
+}
+
+// failover is the Envoy configuration Envoy Gateway makes of c: the ext_proc
+// grpc_service's retry_policy and the ext_proc cluster's health check and
+// outlier detection.
+func (c clusterSettings) failover() (failover, error) {
+	var errs []error
+	dur := func(field, s string) *durationpb.Duration {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", field, err))
+		}
+		return durationpb.New(d)
+	}
+	a, p, r := c.HealthCheck.Active, c.HealthCheck.Passive, c.Retry
+	if a.Type != "GRPC" {
+		errs = append(errs, fmt.Errorf("healthCheck.active.type %q, want GRPC", a.Type))
+	}
+	f := failover{
+		retries: []*corev3.RetryPolicy{{
+			RetryOn:    strings.Join(r.RetryOn.Triggers, ","),
+			NumRetries: wrapperspb.UInt32(r.NumRetries),
+			RetryBackOff: &corev3.BackoffStrategy{
+				BaseInterval: dur("retry.perRetry.backOff.baseInterval", r.PerRetry.BackOff.BaseInterval),
+				MaxInterval:  dur("retry.perRetry.backOff.maxInterval", r.PerRetry.BackOff.MaxInterval),
+			},
+		}},
+		health: []*corev3.HealthCheck{{
+			Timeout:            dur("healthCheck.active.timeout", a.Timeout),
+			Interval:           dur("healthCheck.active.interval", a.Interval),
+			UnhealthyThreshold: wrapperspb.UInt32(a.UnhealthyThreshold),
+			HealthyThreshold:   wrapperspb.UInt32(a.HealthyThreshold),
+			HealthChecker: &corev3.HealthCheck_GrpcHealthCheck_{
+				GrpcHealthCheck: &corev3.HealthCheck_GrpcHealthCheck{ServiceName: a.GRPC.Service},
+			},
+		}},
+		outlier: &clusterv3.OutlierDetection{
+			SplitExternalLocalOriginErrors: p.SplitExternalLocalOriginErrors,
+			ConsecutiveLocalOriginFailure:  wrapperspb.UInt32(p.ConsecutiveLocalOriginFailures),
+			Interval:                       dur("healthCheck.passive.interval", p.Interval),
+			BaseEjectionTime:               dur("healthCheck.passive.baseEjectionTime", p.BaseEjectionTime),
+			MaxEjectionPercent:             wrapperspb.UInt32(p.MaxEjectionPercent),
+		},
+	}
+	return f, errors.Join(errs...)
+}
+
 type extensionPolicySpec struct {
 	TargetRefs []targetRef `yaml:"targetRefs"`
 	ExtProc    []struct {
@@ -61,7 +149,8 @@ type extensionPolicySpec struct {
 			Name  string `yaml:"name"`
 			Port  int    `yaml:"port"`
 		} `yaml:"backendRefs"`
-		ProcessingMode struct {
+		BackendSettings clusterSettings `yaml:"backendSettings"`
+		ProcessingMode  struct {
 			Request  struct{ Body string } `yaml:"request"`
 			Response struct{ Body string } `yaml:"response"`
 		} `yaml:"processingMode"`
@@ -166,6 +255,7 @@ func readObjects(t *testing.T, path string) []objectHead {
 
 func TestKubernetesObjects(t *testing.T) {
 	t.Parallel()
+	want := referenceFailover(t)
 	kinds := map[string]int{}
 	for _, path := range []string{"kubernetes/istio-envoyfilter.yaml", "kubernetes/envoy-gateway.yaml", "kubernetes/inferencepool.yaml"} {
 		for _, o := range readObjects(t, path) {
@@ -175,7 +265,7 @@ func TestKubernetesObjects(t *testing.T) {
 			case "networking.istio.io/v1alpha3 EnvoyFilter":
 				var s envoyFilterSpec
 				if err = decodeStrict(&o.Spec, &s); err == nil {
-					err = checkEnvoyFilter(s)
+					err = checkEnvoyFilter(s, want)
 				}
 			case "gateway.envoyproxy.io/v1alpha1 EnvoyExtensionPolicy":
 				var s extensionPolicySpec
@@ -184,6 +274,10 @@ func TestKubernetesObjects(t *testing.T) {
 					if ep.FailOpen || ep.ProcessingMode.Request.Body != "FullDuplexStreamed" || ep.ProcessingMode.Response.Body != "FullDuplexStreamed" ||
 						ep.BackendRefs[0].Port != 9002 || ep.Metadata.WritableNamespaces[0] != "envoy.lb" {
 						err = errors.New("extProc must be fail-closed FullDuplexStreamed to warmpath:9002 writing envoy.lb")
+					} else if f, ferr := ep.BackendSettings.failover(); ferr != nil {
+						err = ferr
+					} else {
+						err = f.differs(want)
 					}
 				}
 			case "gateway.envoyproxy.io/v1alpha1 BackendTrafficPolicy":
@@ -214,7 +308,10 @@ func TestKubernetesObjects(t *testing.T) {
 	}
 }
 
-func checkEnvoyFilter(s envoyFilterSpec) error {
+// checkEnvoyFilter checks the patches, and that together they fail over
+// between warmpath replicas as want does.
+func checkEnvoyFilter(s envoyFilterSpec, want failover) error {
+	var got failover
 	for _, p := range s.ConfigPatches {
 		switch p.ApplyTo {
 		case "HTTP_FILTER":
@@ -232,13 +329,25 @@ func checkEnvoyFilter(s envoyFilterSpec) error {
 			if err := ep.ValidateAll(); err != nil {
 				return err
 			}
+			got.retries = append(got.retries, ep.GetGrpcService().GetRetryPolicy())
 		case "CLUSTER":
 			var c clusterv3.Cluster
 			if err := protoStrict(p.Patch.Value, &c); err != nil {
 				return err
 			}
-			if c.GetOriginalDstLbConfig().GetHttpHeaderName() != "x-gateway-destination-endpoint" {
-				return errors.New("ORIGINAL_DST cluster must read x-gateway-destination-endpoint")
+			switch p.Patch.Operation {
+			case "ADD":
+				if c.GetOriginalDstLbConfig().GetHttpHeaderName() != "x-gateway-destination-endpoint" {
+					return errors.New("ORIGINAL_DST cluster must read x-gateway-destination-endpoint")
+				}
+			case "MERGE": // into Istio's cluster of the warmpath Service
+				m, _ := p.Match["cluster"].(map[string]any)
+				if m["service"] != "warmpath.llm.svc.cluster.local" || m["portNumber"] != 9002 {
+					return fmt.Errorf("cluster patch matches %v, want warmpath.llm.svc.cluster.local port 9002", p.Match["cluster"])
+				}
+				got.health, got.outlier = c.GetHealthChecks(), c.GetOutlierDetection()
+			default:
+				return errors.New("unexpected cluster patch operation " + p.Patch.Operation)
 			}
 		case "HTTP_ROUTE":
 			var r routev3.Route
@@ -249,7 +358,7 @@ func checkEnvoyFilter(s envoyFilterSpec) error {
 			return errors.New("unexpected applyTo " + p.ApplyTo)
 		}
 	}
-	return nil
+	return got.differs(want)
 }
 
 func TestKubernetesSchemaRejectsUnknownFields(t *testing.T) {
