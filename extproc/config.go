@@ -41,6 +41,13 @@ type Config struct {
 	// RetryAfter is the Retry-After value (seconds) on 503 replies.
 	// Default 1.
 	RetryAfter int `yaml:"retry_after"`
+	// SLOHeaders lets a request set its own latency targets for the slo
+	// objective with x-slo-ttft-ms and x-slo-tpot-ms (milliseconds); off,
+	// they are ignored and the model's configured targets apply. A client
+	// that sets tight targets is sent where they are met, so turn it off,
+	// or have the gateway strip them, where clients are not trusted with
+	// that. Default true.
+	SLOHeaders bool `yaml:"slo_headers"`
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -53,6 +60,7 @@ func DefaultConfig() Config {
 		BodyMode:          "full_duplex",
 		AssignmentTTL:     30 * time.Minute,
 		RetryAfter:        1,
+		SLOHeaders:        true,
 	}
 }
 

@@ -124,6 +124,7 @@ func testConfig() Config {
 		BodyMode:          "full_duplex",
 		RetryAfter:        2,
 		AssignmentTTL:     time.Hour,
+		SLOHeaders:        true,
 	}
 }
 

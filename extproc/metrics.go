@@ -19,6 +19,7 @@ type metrics struct {
 	ttft           prometheus.Histogram   // seconds from the routing reply
 	watchEvents    *prometheus.CounterVec // kind
 	bodyHidden     prometheus.Counter
+	sloHeaders     *prometheus.CounterVec // result
 	chunkBytes     prometheus.Counter
 	responseChunks prometheus.Counter
 }
@@ -66,6 +67,10 @@ func newMetrics(o component.Options) (*metrics, error) {
 			Name: "warmpath_body_hidden_decisions_total",
 			Help: "Requests routed on headers alone because Envoy's request body mode (STREAMED or NONE) sends the body after the routing reply.",
 		}),
+		sloHeaders: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warmpath_slo_headers_total",
+			Help: "Latency target headers (x-slo-ttft-ms, x-slo-tpot-ms) seen: ok, invalid (ignored: not a positive number of milliseconds up to an hour) or ignored (extproc.slo_headers is off).",
+		}, []string{"result"}),
 		chunkBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "warmpath_response_watched_bytes_total",
 			Help: "Response body bytes watched (and passed through unmodified).",
@@ -76,7 +81,7 @@ func newMetrics(o component.Options) (*metrics, error) {
 		}),
 	}
 	if err := o.Register("extproc", m.requests, m.rejections, m.streamErrors, m.decision, m.inFlight, m.ended, m.ttft,
-		m.watchEvents, m.bodyHidden, m.chunkBytes, m.responseChunks); err != nil {
+		m.watchEvents, m.bodyHidden, m.sloHeaders, m.chunkBytes, m.responseChunks); err != nil {
 		return nil, err
 	}
 	return m, nil

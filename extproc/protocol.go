@@ -136,6 +136,11 @@ func (s *Server) requestHeaders(ctx context.Context, ex *exchange, h *extprocv3.
 		req.ID = newRequestID()
 	}
 	ex.log = s.log.With("request_id", req.ID)
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		if k := hv.GetKey(); k == sloTTFTHeader || k == sloTPOTHeader {
+			s.sloHeader(ex, &req.SLO, k, headerValue(hv))
+		}
+	}
 	req.API = apiOf(p.method, p.path)
 	req.Path = p.path
 	ex.trace = s.tr.start(ctx, h.GetHeaders().GetHeaders(), req, p.method)

@@ -150,6 +150,7 @@ func (s *Server) endAssignment(ex *exchange, end scoring.End) {
 		}
 		if rt.dec != nil && !w.firstToken.IsZero() {
 			o.TTFT = w.firstToken.Sub(rt.routedAt)
+			o.Decode = w.lastToken.Sub(w.firstToken)
 			s.m.ttft.Observe(o.TTFT.Seconds())
 		}
 	}

@@ -96,7 +96,8 @@ func TestFullDuplexRequestAndStreamedResponse(t *testing.T) {
 		}
 	}
 	o := h.picker.waitOutcome(t)
-	if o.End != scoring.EndCompleted || o.HTTPStatus != 200 || o.PromptTokens != 640 || o.CompletionTokens != 10 || o.CachedTokens != 624 || o.TTFT <= 0 {
+	if o.End != scoring.EndCompleted || o.HTTPStatus != 200 || o.PromptTokens != 640 || o.CompletionTokens != 10 || o.CachedTokens != 624 || o.TTFT <= 0 ||
+		o.Decode <= 0 || o.TTFT+o.Decode > o.Duration {
 		t.Fatalf("outcome %+v", o)
 	}
 	if n := h.srv.InFlight(); n != 0 {

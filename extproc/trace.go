@@ -214,6 +214,15 @@ func (rt *requestTrace) decided(r *scoring.Request, input []byte, d *scoring.Dec
 		if d.StalePeers > 0 {
 			srv.SetAttributes(telemetry.StalePeers.Int(d.StalePeers))
 		}
+		if d.Objective != "" {
+			srv.SetAttributes(telemetry.Objective.String(string(d.Objective)))
+		}
+		if d.SLO.TTFT > 0 {
+			srv.SetAttributes(telemetry.SLOTTFT.Float64(seconds(d.SLO.TTFT)))
+		}
+		if d.SLO.TPOT > 0 {
+			srv.SetAttributes(telemetry.SLOTPOT.Float64(seconds(d.SLO.TPOT)))
+		}
 		if r.Model != "" {
 			srv.SetAttributes(telemetry.GenAIRequestModel.String(r.Model))
 		}
@@ -244,6 +253,10 @@ func (rt *requestTrace) decided(r *scoring.Request, input []byte, d *scoring.Dec
 				telemetry.PredictedQueueWait.Float64(seconds(d.Chosen.QueueWait)),
 				telemetry.PredictedPrefill.Float64(seconds(d.Chosen.Prefill)),
 				telemetry.PredictedTTFT.Float64(seconds(d.Chosen.PredictedTTFT)),
+				telemetry.PredictedTPOT.Float64(seconds(d.Chosen.PredictedTPOT)),
+				telemetry.PredictedE2E.Float64(seconds(d.Chosen.PredictedE2E)),
+				telemetry.PredictedSlowdown.Float64(seconds(d.Chosen.Slowdown)),
+				telemetry.PredictedOutputTokens.Int(d.OutputTokens),
 			)
 			if host, port, err := net.SplitHostPort(d.Address); err == nil {
 				c.SetAttributes(telemetry.ServerAddress.String(host))
@@ -306,6 +319,18 @@ func (rt *requestTrace) ended(d *scoring.Decision, o scoring.Outcome, w *watcher
 			}
 			if stream {
 				span.SetAttributes(telemetry.GenAIResponseTTFC.Float64(seconds(o.TTFT)))
+			}
+		}
+		if tpot := o.TPOT(); tpot > 0 {
+			span.SetAttributes(telemetry.ActualTPOT.Float64(seconds(tpot)))
+			if d != nil && d.Chosen.PredictedTPOT > 0 {
+				span.SetAttributes(telemetry.TPOTError.Float64(seconds(tpot - d.Chosen.PredictedTPOT)))
+			}
+		}
+		if e2e := o.E2E(); e2e > 0 {
+			span.SetAttributes(telemetry.ActualE2E.Float64(seconds(e2e)))
+			if d != nil && d.Chosen.PredictedE2E > 0 {
+				span.SetAttributes(telemetry.E2EError.Float64(seconds(e2e - d.Chosen.PredictedE2E)))
 			}
 		}
 		if et := errorType(o); et != "" {

@@ -38,6 +38,11 @@ type observeMetrics struct {
 	predictedTTFT *prometheus.HistogramVec // worker
 	ttftError     *prometheus.HistogramVec // worker
 	ttftRelError  *prometheus.HistogramVec // worker
+	predictedTPOT *prometheus.HistogramVec // worker
+	tpotError     *prometheus.HistogramVec // worker
+	tpotRelError  *prometheus.HistogramVec // worker
+	e2eRelError   *prometheus.HistogramVec // worker
+	slo           *prometheus.CounterVec   // predicted, actual
 	cachedTokens  *prometheus.CounterVec   // worker, source
 	promptTokens  *prometheus.CounterVec   // worker
 	tenants       *prometheus.CounterVec   // result
@@ -87,6 +92,30 @@ func newObserveMetrics(o component.Options, sc telemetry.Semconv, tenantLabels b
 			Help:    "Absolute TTFT prediction error relative to the actual TTFT, |actual - predicted| / actual, per worker.",
 			Buckets: relativeErrorBuckets,
 		}, []string{"worker"}),
+		predictedTPOT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "warmpath_predicted_tpot_seconds",
+			Help:    "Predicted time per output token of the chosen worker at decision time.",
+			Buckets: genAITPOTBuckets,
+		}, []string{"worker"}),
+		tpotError: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "warmpath_tpot_prediction_error_seconds",
+			Help:    "Actual minus predicted time per output token, per worker, for streamed responses of at least two tokens.",
+			Buckets: []float64{-0.25, -0.1, -0.05, -0.025, -0.01, -0.005, -0.0025, -0.001, 0, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25},
+		}, []string{"worker"}),
+		tpotRelError: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "warmpath_tpot_prediction_relative_error",
+			Help:    "Absolute TPOT prediction error relative to the actual TPOT, |actual - predicted| / actual, per worker.",
+			Buckets: relativeErrorBuckets,
+		}, []string{"worker"}),
+		e2eRelError: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "warmpath_e2e_prediction_relative_error",
+			Help:    "Absolute error of the predicted time from decision to last token relative to the actual one, per worker (it includes the error of the expected output length).",
+			Buckets: relativeErrorBuckets,
+		}, []string{"worker"}),
+		slo: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warmpath_slo_requests_total",
+			Help: "Completed responses of decisions that had latency targets (the slo objective), by whether the chosen worker was predicted to meet them and whether it did (met or missed).",
+		}, []string{"predicted", "actual"}),
 		cachedTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpath_cached_tokens_total",
 			Help: "Prompt tokens served from the prefix cache, as predicted at decision time (source=predicted) and as the worker reported (source=actual); counted only for responses that reported usage.",
@@ -116,6 +145,7 @@ func newObserveMetrics(o component.Options, sc telemetry.Semconv, tenantLabels b
 		}, genAI),
 	}
 	cs := []prometheus.Collector{m.decisions, m.tokenizePath, m.predictedTTFT, m.ttftError, m.ttftRelError,
+		m.predictedTPOT, m.tpotError, m.tpotRelError, m.e2eRelError, m.slo,
 		m.cachedTokens, m.promptTokens, m.tenants, m.genAITTFT, m.genAIDuration, m.genAITPOT}
 	if sc.Latest {
 		counter := func(name, help string) *prometheus.CounterVec {
@@ -154,6 +184,9 @@ func (m *observeMetrics) decided(d *scoring.Decision) {
 	if d.Chosen.PredictedTTFT > 0 {
 		m.predictedTTFT.WithLabelValues(d.Worker).Observe(d.Chosen.PredictedTTFT.Seconds())
 	}
+	if d.Chosen.PredictedTPOT > 0 {
+		m.predictedTPOT.WithLabelValues(d.Worker).Observe(d.Chosen.PredictedTPOT.Seconds())
+	}
 }
 
 // outcome records prediction quality for an ended assignment.
@@ -163,11 +196,32 @@ func (m *observeMetrics) outcome(d *scoring.Decision, o scoring.Outcome) {
 		m.ttftError.WithLabelValues(d.Worker).Observe(diff)
 		m.ttftRelError.WithLabelValues(d.Worker).Observe(math.Abs(diff) / o.TTFT.Seconds())
 	}
+	if tpot := o.TPOT(); tpot > 0 && d.Chosen.PredictedTPOT > 0 {
+		diff := (tpot - d.Chosen.PredictedTPOT).Seconds()
+		m.tpotError.WithLabelValues(d.Worker).Observe(diff)
+		m.tpotRelError.WithLabelValues(d.Worker).Observe(math.Abs(diff) / tpot.Seconds())
+	}
+	if e2e := o.E2E(); e2e > 0 && d.Chosen.PredictedE2E > 0 {
+		m.e2eRelError.WithLabelValues(d.Worker).Observe(math.Abs((e2e - d.Chosen.PredictedE2E).Seconds()) / e2e.Seconds())
+	}
+	if d.SLO.TTFT > 0 || d.SLO.TPOT > 0 {
+		if o.End == scoring.EndCompleted && o.TTFT > 0 {
+			m.slo.WithLabelValues(metLabel(d.SLO.Met(d.Chosen.PredictedTTFT, d.Chosen.PredictedTPOT)),
+				metLabel(d.SLO.Met(o.TTFT, o.TPOT()))).Inc()
+		}
+	}
 	if o.CachedTokens >= 0 && o.PromptTokens >= 0 {
 		m.cachedTokens.WithLabelValues(d.Worker, "actual").Add(float64(o.CachedTokens))
 		m.cachedTokens.WithLabelValues(d.Worker, "predicted").Add(float64(d.Chosen.CachedTokens))
 		m.promptTokens.WithLabelValues(d.Worker).Add(float64(o.PromptTokens))
 	}
+}
+
+func metLabel(met bool) string {
+	if met {
+		return "met"
+	}
+	return "missed"
 }
 
 // genAIRequest is what the GenAI request metrics need about one request.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -33,12 +34,14 @@ type decisionPicker struct {
 
 func newDecisionPicker(mode scoring.Mode, path string) *decisionPicker {
 	c0 := scoring.Candidate{Worker: "w0", Address: "10.0.0.1:8000", CachedTokens: 608,
-		QueueWait: 40 * time.Millisecond, Prefill: 10 * time.Millisecond, Overhead: 5 * time.Millisecond, PredictedTTFT: 55 * time.Millisecond}
+		QueueWait: 40 * time.Millisecond, Prefill: 10 * time.Millisecond, Overhead: 5 * time.Millisecond, PredictedTTFT: 55 * time.Millisecond,
+		PredictedTPOT: 20 * time.Millisecond, PredictedE2E: 235 * time.Millisecond, Slowdown: 30 * time.Millisecond}
 	c1 := scoring.Candidate{Worker: "w1", Address: "10.0.0.2:8000", CachedTokens: 0,
 		QueueWait: 0, Prefill: 200 * time.Millisecond, Overhead: 5 * time.Millisecond, PredictedTTFT: 205 * time.Millisecond}
 	return &decisionPicker{
 		tmpl: scoring.Decision{Worker: "w0", Address: "10.0.0.1:8000", Policy: "warmpath", Mode: mode, TokenizePath: path,
-			PromptTokens: 640, Chosen: c0, Candidates: []scoring.Candidate{c0, c1}, Reason: "lowest predicted ttft"},
+			PromptTokens: 640, OutputTokens: 10, Objective: scoring.ObjectiveSLO, SLO: scoring.SLO{TTFT: 2 * time.Second},
+			Chosen: c0, Candidates: []scoring.Candidate{c0, c1}, Reason: "lowest predicted ttft"},
 		done: make(chan scoring.Outcome, 100),
 	}
 }
@@ -285,19 +288,28 @@ func TestSpansForStreamedChat(t *testing.T) {
 		"warmpath.candidates": "2", "warmpath.worker": "w0", "gen_ai.request.id": "req-7",
 		"warmpath.candidates.workers": `["w0","w1"]`, "warmpath.candidates.predicted_ttft": "[0.055,0.205]",
 		"http.response.status_code": "200", "gen_ai.request.model": "qwen3",
+		"warmpath.objective": "slo", "warmpath.slo.ttft": "2", "warmpath.slo.tpot": "<absent>",
 	})
 	checkAttrs(t, client, map[attribute.Key]string{
 		"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "qwen3",
 		"server.address": "10.0.0.1", "server.port": "8000", "gen_ai.request.max_tokens": "16", "gen_ai.request.stream": "true",
 		"warmpath.predicted.cached_tokens": "608", "warmpath.predicted.queue_wait": "0.04",
 		"warmpath.predicted.prefill": "0.01", "warmpath.predicted.ttft": "0.055",
-		"gen_ai.usage.input_tokens": "640", "gen_ai.usage.output_tokens": "10",
+		"warmpath.predicted.tpot": "0.02", "warmpath.predicted.e2e": "0.235", "warmpath.predicted.slowdown": "0.03",
+		"warmpath.predicted.output_tokens": "10",
+		"gen_ai.usage.input_tokens":        "640", "gen_ai.usage.output_tokens": "10",
 		"gen_ai.usage.cache_read.input_tokens": "624", "warmpath.actual.cached_tokens": "624",
 		"warmpath.completion": "completed", "error.type": "<absent>", "gen_ai.input.messages": "<absent>",
 	})
 	a := attrs(client)
 	if a["warmpath.actual.ttft"].AsFloat64() <= 0 || a["gen_ai.response.time_to_first_chunk"].AsFloat64() != a["warmpath.actual.ttft"].AsFloat64() {
 		t.Errorf("actual ttft %v, ttfc %v", a["warmpath.actual.ttft"].String(), a["gen_ai.response.time_to_first_chunk"].String())
+	}
+	if tpot := a["warmpath.actual.tpot"].AsFloat64(); tpot <= 0 || math.Abs(a["warmpath.tpot_error"].AsFloat64()-(tpot-0.02)) > 1e-9 {
+		t.Errorf("actual tpot %v, error %v", tpot, a["warmpath.tpot_error"].String())
+	}
+	if e2e := a["warmpath.actual.e2e"].AsFloat64(); e2e < a["warmpath.actual.ttft"].AsFloat64() {
+		t.Errorf("actual e2e %v before the first token", e2e)
 	}
 	var names []string
 	for _, ev := range client.Events() {

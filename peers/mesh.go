@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -349,20 +350,10 @@ func (m *Mesh) Status() map[string]any {
 		}
 	}
 	m.pmu.Unlock()
-	slices.SortFunc(out, func(a, b PeerStatus) int { return cmpString(a.Address, b.Address) })
+	slices.SortFunc(out, func(a, b PeerStatus) int { return strings.Compare(a.Address, b.Address) })
 	m.mu.Lock()
 	followers := len(m.subs)
 	live := len(m.live)
 	m.mu.Unlock()
 	return map[string]any{"id": m.ID(), "name": m.name, "peers": out, "followers": followers, "shared_assignments": live}
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -43,6 +43,28 @@ type Config struct {
 	// the one deciding (which is skipped if listed). Default none.
 	Shadow []string `yaml:"shadow"`
 
+	// Objective is what the warmpath policy minimises (see Objective):
+	// ttft, e2e or slo. Default e2e.
+	Objective Objective `yaml:"objective"`
+	// SLOs gives the slo objective's targets per served model name, and
+	// DefaultSLO those of the models not listed; a request's own targets
+	// (Request.SLO) take precedence. Default none: with no target the slo
+	// objective decides as e2e does.
+	SLOs       map[string]SLO `yaml:"slos"`
+	DefaultSLO SLO            `yaml:"default_slo"`
+	// SlowdownWeight weighs, in the e2e objective, the time a request adds
+	// to the responses already decoding on a worker against its own: 1
+	// minimises the sum of all responses' times. Default 1.
+	SlowdownWeight float64 `yaml:"slowdown_weight"`
+	// DefaultOutputTokens is the output length assumed for a request of a
+	// model whose outputs have not been learned yet, when it sets no
+	// max_tokens. Default 256.
+	DefaultOutputTokens int `yaml:"default_output_tokens"`
+	// RateWindow is the time constant over which each worker's rate of
+	// routed prefill work is averaged; that work shares the steps of
+	// every sequence decoding there. Default 10 s.
+	RateWindow time.Duration `yaml:"rate_window"`
+
 	// BlockSizes maps a served model name to its KV block size in tokens;
 	// models not listed use DefaultBlockSize (default 16). They are not
 	// read from the scoring section: the configuration's one place for a
@@ -135,7 +157,11 @@ type Config struct {
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{
-		DefaultBlockSize: 16,
+		Objective:           ObjectiveE2E,
+		SlowdownWeight:      1,
+		DefaultOutputTokens: 256,
+		RateWindow:          10 * time.Second,
+		DefaultBlockSize:    16,
 		Prior: StepModel{
 			StepOverhead:    0.008,
 			PrefillPerToken: 60e-6,
@@ -176,6 +202,28 @@ func (c *Config) Validate() error {
 		if !slices.Contains(PolicyNames(), s) {
 			bad("shadow: unknown policy %q", s)
 		}
+	}
+	switch c.Objective {
+	case ObjectiveTTFT, ObjectiveE2E, ObjectiveSLO:
+	default:
+		bad("objective: %q is not one of %v", c.Objective, Objectives())
+	}
+	for m, slo := range c.SLOs {
+		if slo.TTFT < 0 || slo.TPOT < 0 {
+			bad("slos[%s]: targets must not be negative", m)
+		}
+	}
+	if c.DefaultSLO.TTFT < 0 || c.DefaultSLO.TPOT < 0 {
+		bad("default_slo: targets must not be negative")
+	}
+	if !(c.SlowdownWeight >= 0) {
+		bad("slowdown_weight: %v is negative", c.SlowdownWeight)
+	}
+	if c.DefaultOutputTokens <= 0 {
+		bad("default_output_tokens: %d is not positive", c.DefaultOutputTokens)
+	}
+	if c.RateWindow <= 0 {
+		bad("rate_window: %v is not positive", c.RateWindow)
 	}
 	if c.DefaultBlockSize <= 0 {
 		bad("default block size: %d is not positive", c.DefaultBlockSize)
@@ -256,6 +304,22 @@ func (c *Config) blockSize(model string) int {
 		return b
 	}
 	return c.DefaultBlockSize
+}
+
+// slo returns the targets for a request of model that asked for own:
+// each target the request sets, else the model's, else the default's.
+func (c *Config) slo(model string, own SLO) SLO {
+	base, ok := c.SLOs[model]
+	if !ok {
+		base = c.DefaultSLO
+	}
+	if own.TTFT > 0 {
+		base.TTFT = own.TTFT
+	}
+	if own.TPOT > 0 {
+		base.TPOT = own.TPOT
+	}
+	return base
 }
 
 func (c *Config) budget(worker string) int {

@@ -51,6 +51,9 @@ type Request struct {
 	Stream bool
 	// Tenant is the trusted tenant identity, empty when unknown.
 	Tenant string
+	// SLO is the request's own latency targets (from headers the ext_proc
+	// layer trusts); a zero field falls back to the model's configured one.
+	SLO SLO
 	// Arrived is when the request headers reached warmpath.
 	Arrived time.Time
 }
@@ -82,6 +85,15 @@ type Candidate struct {
 	Prefill       time.Duration
 	Overhead      time.Duration
 	PredictedTTFT time.Duration
+	// PredictedTPOT is the predicted time per output token after the
+	// first, and PredictedE2E the predicted time to the last token:
+	// PredictedTTFT + (output tokens − 1) × PredictedTPOT.
+	PredictedTPOT time.Duration
+	PredictedE2E  time.Duration
+	// Slowdown is the time the request would add, summed over the
+	// sequences decoding on the worker, to their responses: its prefill
+	// steps and its own decode share every step they run.
+	Slowdown time.Duration
 	// InFlight is the number of requests warmpath has in flight on the worker.
 	InFlight int
 	// WorkAhead is the prefill work queued before the request on the
@@ -93,7 +105,7 @@ type Candidate struct {
 	// KVUsage is the scraped KV cache usage (0..1), -1 when unknown.
 	KVUsage float64
 	// Score is the policy's own figure of merit (lower is better); for the
-	// warmpath policy it equals PredictedTTFT in seconds.
+	// warmpath policy it is the objective's cost in seconds (see Objective).
 	Score float64
 }
 
@@ -111,8 +123,15 @@ type Decision struct {
 	// "request", "none") and TokenizeReason why a step was skipped.
 	TokenizePath   string
 	TokenizeReason string
-	// PromptTokens is the prompt length in tokens (0 when unknown).
+	// PromptTokens is the prompt length in tokens (0 when unknown), and
+	// OutputTokens the output length the decode predictions assumed:
+	// what max_tokens and the model's learned outputs make likely.
 	PromptTokens int
+	OutputTokens int
+	// Objective is what the warmpath policy minimised ("" for the
+	// baselines), and SLO the targets it checked under the slo objective.
+	Objective Objective
+	SLO       SLO
 	// Chosen is what the policy predicted for the chosen worker.
 	Chosen Candidate
 	// Candidates lists every worker considered, in input order.
@@ -157,6 +176,10 @@ type Outcome struct {
 	// TTFT is the time from the decision to the first content token, 0 when no
 	// token was seen.
 	TTFT time.Duration
+	// Decode is the time from the first content token to the last, 0 when
+	// fewer than two were seen; with CompletionTokens it gives the
+	// response's time per output token.
+	Decode time.Duration
 	// Duration is the time from the decision to the end.
 	Duration time.Duration
 	// PromptTokens, CompletionTokens and CachedTokens come from the response's
@@ -167,6 +190,24 @@ type Outcome struct {
 	// Error is the error the upstream reported (an HTTP error status or an
 	// error event mid-stream), empty when none.
 	Error string
+}
+
+// TPOT is the response's time per output token after the first, 0 when
+// fewer than two tokens or no decode time were seen.
+func (o Outcome) TPOT() time.Duration {
+	if o.CompletionTokens < 2 || o.Decode <= 0 {
+		return 0
+	}
+	return o.Decode / time.Duration(o.CompletionTokens-1)
+}
+
+// E2E is the time from the decision to the last token, 0 when no token was
+// seen: what Candidate.PredictedE2E predicts.
+func (o Outcome) E2E() time.Duration {
+	if o.TTFT <= 0 {
+		return 0
+	}
+	return o.TTFT + o.Decode
 }
 
 // Workers is the set of candidate workers a picker chooses from: healthy,

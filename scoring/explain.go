@@ -15,6 +15,10 @@ type Explanation struct {
 	TokenizePath   string              `json:"tokenize_path"`
 	TokenizeReason string              `json:"tokenize_reason,omitempty"`
 	PromptTokens   int                 `json:"prompt_tokens"`
+	OutputTokens   int                 `json:"output_tokens"`
+	Objective      Objective           `json:"objective,omitempty"`
+	SLOTTFTMs      float64             `json:"slo_ttft_ms,omitempty"`
+	SLOTPOTMs      float64             `json:"slo_tpot_ms,omitempty"`
 	StalePeers     int                 `json:"stale_peers,omitempty"`
 	Workers        []WorkerExplanation `json:"workers"`
 	Shadow         []ShadowExplanation `json:"shadow,omitempty"`
@@ -29,6 +33,9 @@ type WorkerExplanation struct {
 	QueueWaitMs     float64 `json:"queue_wait_ms"`
 	PrefillMs       float64 `json:"prefill_ms"`
 	OverheadMs      float64 `json:"overhead_ms"`
+	PredictedTPOTMs float64 `json:"predicted_tpot_ms"`
+	PredictedE2EMs  float64 `json:"predicted_e2e_ms"`
+	SlowdownMs      float64 `json:"slowdown_ms"`
 	InFlight        int     `json:"in_flight"`
 	WorkAhead       int     `json:"work_ahead_tokens"`
 	Decoding        int     `json:"decoding"`
@@ -48,7 +55,8 @@ type ShadowExplanation struct {
 func (d *Decision) Explain() Explanation {
 	e := Explanation{
 		Chosen: d.Worker, Policy: d.Policy, Mode: d.Mode, Reason: d.Reason,
-		TokenizePath: d.TokenizePath, TokenizeReason: d.TokenizeReason, PromptTokens: d.PromptTokens, StalePeers: d.StalePeers,
+		TokenizePath: d.TokenizePath, TokenizeReason: d.TokenizeReason, PromptTokens: d.PromptTokens, OutputTokens: d.OutputTokens,
+		Objective: d.Objective, SLOTTFTMs: ms(d.SLO.TTFT.Seconds()), SLOTPOTMs: ms(d.SLO.TPOT.Seconds()), StalePeers: d.StalePeers,
 		Workers: make([]WorkerExplanation, len(d.Candidates)),
 	}
 	for i, c := range d.Candidates {
@@ -56,6 +64,7 @@ func (d *Decision) Explain() Explanation {
 			Name: c.Worker, CachedTokens: c.CachedTokens, OffloadedTokens: c.OffloadedTokens,
 			PredictedTTFTMs: ms(c.PredictedTTFT.Seconds()), QueueWaitMs: ms(c.QueueWait.Seconds()),
 			PrefillMs: ms(c.Prefill.Seconds()), OverheadMs: ms(c.Overhead.Seconds()),
+			PredictedTPOTMs: ms(c.PredictedTPOT.Seconds()), PredictedE2EMs: ms(c.PredictedE2E.Seconds()), SlowdownMs: ms(c.Slowdown.Seconds()),
 			InFlight: c.InFlight, WorkAhead: c.WorkAhead, Decoding: c.Decoding, KVUsage: c.KVUsage, Score: c.Score,
 		}
 	}
@@ -67,10 +76,10 @@ func (d *Decision) Explain() Explanation {
 }
 
 // Header returns a one-line summary of d for a debug response header, such
-// as "w1; policy=warmpath; mode=exact; cached=624; ttft_ms=312.5".
+// as "w1; policy=warmpath; mode=exact; cached=624; ttft_ms=312.5; tpot_ms=21.3".
 func (d *Decision) Header() string {
-	return fmt.Sprintf("%s; policy=%s; mode=%s; cached=%d; ttft_ms=%.1f",
-		d.Worker, d.Policy, d.Mode, d.Chosen.CachedTokens, ms(d.Chosen.PredictedTTFT.Seconds()))
+	return fmt.Sprintf("%s; policy=%s; mode=%s; cached=%d; ttft_ms=%.1f; tpot_ms=%.1f",
+		d.Worker, d.Policy, d.Mode, d.Chosen.CachedTokens, ms(d.Chosen.PredictedTTFT.Seconds()), ms(d.Chosen.PredictedTPOT.Seconds()))
 }
 
 // ms converts seconds to milliseconds rounded to microseconds.

@@ -280,3 +280,13 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// ttftConfig is the default configuration with the TTFT objective, for the
+// tests of how the TTFT model weighs cache against queue and of what
+// builds on single picks (shadows, explanations, idle relaxation); the
+// e2e and slo objectives have their own tests (objective_test.go).
+func ttftConfig() Config {
+	c := DefaultConfig()
+	c.Objective = ObjectiveTTFT
+	return c
+}

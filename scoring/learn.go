@@ -12,15 +12,19 @@ import (
 // typical model so it is measured again. The learner is guarded by the
 // router's mutex.
 
-// learner holds each worker's learned model.
+// learner holds each worker's learned models and each served model's
+// output lengths.
 type learner struct {
 	cfg     *Config
 	workers map[string]*workerModel
+	outputs map[string]*outputs
 }
 
 // workerModel is what the learner knows of one worker.
 type workerModel struct {
+	// cal is its step model as TTFTs show it, dec as its decode steps do.
 	cal *calibrator
+	dec *calibrator
 	typ typical
 	gap gapTracker
 	// lastOutcome is when the worker's last outcome was learned and
@@ -29,7 +33,17 @@ type workerModel struct {
 }
 
 func newLearner(cfg *Config) learner {
-	return learner{cfg: cfg, workers: make(map[string]*workerModel)}
+	return learner{cfg: cfg, workers: make(map[string]*workerModel), outputs: make(map[string]*outputs)}
+}
+
+// output returns what model's responses taught about their length.
+func (l *learner) output(model string) *outputs {
+	o, ok := l.outputs[model]
+	if !ok {
+		o = &outputs{}
+		l.outputs[model] = o
+	}
+	return o
 }
 
 // worker returns the model of worker, starting it from the prior.
@@ -38,6 +52,7 @@ func (l *learner) worker(name string) *workerModel {
 	if !ok {
 		w = &workerModel{
 			cal: newCalibrator(l.cfg.Prior, l.cfg.PriorSpread, l.cfg.NoiseRel),
+			dec: newCalibrator(l.cfg.Prior, l.cfg.PriorSpread, l.cfg.NoiseRel),
 			typ: typical{uncached: float64(l.cfg.DefaultUncached), prompt: float64(l.cfg.DefaultUncached)},
 		}
 		l.workers[name] = w
@@ -60,6 +75,8 @@ type learned struct {
 	outlier      bool
 	reset        bool
 	model        StepModel
+	decoded      bool // the decode model was fitted
+	decodeModel  StepModel
 	checked      bool
 	cachedResult string
 	gap          gapChange
@@ -126,9 +143,47 @@ func (l *learner) learn(a *assignment, o Outcome, now time.Time) learned {
 		res.reset = st.cal.resets != resets
 	}
 	res.model = st.cal.model()
+	res.decoded = l.learnDecode(st, a, o)
+	res.decodeModel = st.dec.model()
 	st.typ.uncached += alpha * (w.uncached() - st.typ.uncached)
 	st.typ.prompt += alpha * (w.prompt - st.typ.prompt)
+	l.output(a.model).observe(a.maxTokens, o.CompletionTokens)
 	return res
+}
+
+// learnDecode fits the worker's decode model to a's response: its time
+// from first token to last (o.Decode, else to the end) over its
+// CompletionTokens − 1 decode steps, against what the decode meter saw in
+// that window: the mean batch and context of the steps and the other
+// requests' prefill work done in them. A response needs a reported first
+// token and three tokens (two steps) to be a measurement. It reports
+// whether the model was fitted.
+func (l *learner) learnDecode(st *workerModel, a *assignment, o Outcome) bool {
+	decode := o.Decode
+	if decode <= 0 {
+		decode = o.Duration - o.TTFT
+	}
+	seqSec := a.decodeTo.seqSec - a.decodeFrom.seqSec
+	span := decode.Seconds()
+	if !a.firstSeen || o.CompletionTokens < 3 || !(span > 0) || !(seqSec > 0) {
+		return false
+	}
+	steps := float64(o.CompletionTokens - 1)
+	// The meter's window is the router's first token to its end, which
+	// the response's own times measure better; both see the same steps.
+	meterSpan := a.decodeTo.at.Sub(a.decodeFrom.at).Seconds()
+	if !(meterSpan > 0) {
+		return false
+	}
+	batch := seqSec / meterSpan
+	out := st.typ.out
+	if out <= 0 {
+		out = float64(o.CompletionTokens)
+	}
+	ctx := (a.decodeTo.ctxSec-a.decodeFrom.ctxSec)/meterSpan + batch*out/2
+	prefilled := max(a.decodeTo.prefilled-a.decodeFrom.prefilled, 0)
+	st.dec.observe(decodeFeatures(steps, prefilled, batch, ctx), span, l.cfg)
+	return true
 }
 
 // relaxIdle restarts, from the typical model of the workers with recent
@@ -142,7 +197,7 @@ func (l *learner) relaxIdle(ws Workers, busy func(worker string) bool, now time.
 	if period <= 0 {
 		return 0
 	}
-	var centre *[numParams]float64
+	var centre, decCentre *[numParams]float64
 	n := 0
 	for i := range ws {
 		st := l.worker(ws[i].Name)
@@ -150,28 +205,34 @@ func (l *learner) relaxIdle(ws Workers, busy func(worker string) bool, now time.
 			continue
 		}
 		if centre == nil {
-			c, ok := l.typicalTheta(now)
+			c, ok := l.typicalTheta(now, func(m *workerModel) *calibrator { return m.cal })
 			if !ok {
 				return n
 			}
 			centre = &c
+			if c, ok := l.typicalTheta(now, func(m *workerModel) *calibrator { return m.dec }); ok {
+				decCentre = &c
+			}
 		}
 		st.cal.restart(*centre)
+		if decCentre != nil && st.dec.n > 0 {
+			st.dec.restart(*decCentre)
+		}
 		st.lastRelax = now
 		n++
 	}
 	return n
 }
 
-// typicalTheta is the per-parameter median of the calibrated models of
-// the workers with an outcome within IdleRelax, prior-relative; false when
-// there are none.
-func (l *learner) typicalTheta(now time.Time) ([numParams]float64, bool) {
+// typicalTheta is the per-parameter median of the models cal selects of
+// the workers with an outcome within IdleRelax, prior-relative, among
+// those calibrated at all; false when there are none.
+func (l *learner) typicalTheta(now time.Time, cal func(*workerModel) *calibrator) ([numParams]float64, bool) {
 	var out [numParams]float64
 	var recent []*calibrator
 	for _, st := range l.workers {
-		if st.cal.n > 0 && now.Sub(st.lastOutcome) < l.cfg.IdleRelax {
-			recent = append(recent, st.cal)
+		if c := cal(st); c.n > 0 && now.Sub(st.lastOutcome) < l.cfg.IdleRelax {
+			recent = append(recent, c)
 		}
 	}
 	if len(recent) == 0 {

@@ -68,9 +68,8 @@ func (l *ledger) end(d *Decision, now time.Time) (*assignment, bool) {
 func (l *ledger) firstToken(d *Decision, now time.Time) (*assignment, bool) {
 	l.told = true
 	a, ok := l.live[d]
-	if ok {
-		a.firstSeen, a.firstAt = true, now
-		a.ledger.lastFirst = now
+	if ok && !a.firstSeen {
+		a.ledger.started(a, now)
 	}
 	return a, ok
 }
@@ -138,6 +137,14 @@ type assignment struct {
 	// unexplained is set when, while it waited for its first token, the
 	// engine ran or queued requests no ledger knew of.
 	unexplained bool
+	// model and maxTokens are the request's; out is the output tokens its
+	// decode prediction assumed.
+	model     string
+	maxTokens int
+	out       float64
+	// decodeFrom and decodeTo are the worker's decode meter at its first
+	// token and at its end: its decode window.
+	decodeFrom, decodeTo meterReading
 }
 
 // pastFirst reports whether a is (believed to be) decoding at t. When the
@@ -198,6 +205,17 @@ type workerLedger struct {
 	// the reconciliation would take those for requests warmpath did not
 	// route.
 	ended []endedAssignment
+	// meter integrates what the worker's decode steps carried (decode.go).
+	meter decodeMeter
+}
+
+// started records a's first token at t: it decodes from now on.
+func (s *workerLedger) started(a *assignment, t time.Time) {
+	a.firstSeen, a.firstAt = true, t
+	if t.After(s.lastFirst) {
+		s.lastFirst = t
+	}
+	a.decodeFrom = s.meter.started(a, t)
 }
 
 // typical is what a worker's outcomes taught about its typical request,
@@ -285,6 +303,7 @@ func (s *workerLedger) remove(a *assignment, now time.Time) {
 			break
 		}
 	}
+	a.decodeTo = s.meter.ended(a, now)
 	first := a.first
 	if a.firstSeen {
 		first = a.firstAt

@@ -36,6 +36,9 @@ type metrics struct {
 	unexplained   prometheus.Counter     // outcomes not fitted: unknown load was ahead
 	prefillPerTok *prometheus.GaugeVec   // worker: learned s/token
 	stepOverhead  *prometheus.GaugeVec   // worker: learned s/step
+	decodeFits    prometheus.Counter     // outcomes the decode model was fitted to
+	decodeStep    *prometheus.GaugeVec   // worker: learned s/decode step
+	decodePerSeq  *prometheus.GaugeVec   // worker: learned s/sequence in a decode step
 }
 
 func newMetrics(o component.Options) (*metrics, error) {
@@ -71,12 +74,18 @@ func newMetrics(o component.Options) (*metrics, error) {
 			Name: "model_prefill_seconds_per_token", Help: "Calibrated prefill cost per token."}, []string{"worker"}),
 		stepOverhead: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "model_step_overhead_seconds", Help: "Calibrated fixed cost per engine step."}, []string{"worker"}),
+		decodeFits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "decode_calibrations_total", Help: "Streamed responses of three tokens or more the decode model was fitted to (time per output token against the batch their decode steps carried)."}),
+		decodeStep: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "decode_model_step_overhead_seconds", Help: "Calibrated fixed cost of a decode step, as time per output token shows it."}, []string{"worker"}),
+		decodePerSeq: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "decode_model_seconds_per_sequence", Help: "Calibrated cost of one more decoding sequence in a step, as time per output token shows it."}, []string{"worker"}),
 	}
 	m.loadFresh = m.loadReports.WithLabelValues("fresh")
 	m.loadStale = m.loadReports.WithLabelValues("stale")
 	m.loadMissing = m.loadReports.WithLabelValues("missing")
 	if err := o.Register("scoring", m.loadReports, m.staleIndex, m.shadowRegret, m.shadowAgree, m.unknownDone,
-		m.cachedCheck, m.cachedGap, m.outliers, m.resets, m.idleRestarts, m.unexplained, m.prefillPerTok, m.stepOverhead); err != nil {
+		m.cachedCheck, m.cachedGap, m.outliers, m.resets, m.idleRestarts, m.unexplained, m.prefillPerTok, m.stepOverhead, m.decodeFits, m.decodeStep, m.decodePerSeq); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -97,6 +106,11 @@ func (m *metrics) learned(worker string, l learned, log *slog.Logger) {
 	}
 	m.prefillPerTok.WithLabelValues(worker).Set(l.model.PrefillPerToken)
 	m.stepOverhead.WithLabelValues(worker).Set(l.model.StepOverhead)
+	if l.decoded {
+		m.decodeFits.Inc()
+		m.decodeStep.WithLabelValues(worker).Set(l.decodeModel.StepOverhead)
+		m.decodePerSeq.WithLabelValues(worker).Set(l.decodeModel.DecodePerSeq)
+	}
 	if l.checked {
 		m.cachedCheck.WithLabelValues(l.cachedResult).Inc()
 	}
@@ -116,4 +130,6 @@ func (m *metrics) forget(worker string) {
 	m.cachedGap.DeleteLabelValues(worker)
 	m.prefillPerTok.DeleteLabelValues(worker)
 	m.stepOverhead.DeleteLabelValues(worker)
+	m.decodeStep.DeleteLabelValues(worker)
+	m.decodePerSeq.DeleteLabelValues(worker)
 }

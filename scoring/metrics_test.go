@@ -13,7 +13,7 @@ import (
 // compares the counters' exposition with testdata/metrics.golden.
 func TestMetricsGolden(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
+	cfg := ttftConfig()
 	cfg.Shadow = []string{PolicyPrefixMax}
 	g := newRig(t, PolicyWarmpath, cfg, &fakeTokens{err: errTokenize})
 	req, ws := scenario(t, g)

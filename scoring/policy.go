@@ -32,6 +32,8 @@ type view struct {
 	kvWait    []time.Duration // predicted wait for KV blocks per candidate
 	models    []StepModel     // each candidate's calibrated step model
 	prompt    int
+	out       float64 // the request's expected output tokens
+	slo       SLO     // the request's targets under the slo objective
 	blockSize int
 	// seq numbers committed decisions; it rotates tie-breaks.
 	seq uint64
@@ -96,45 +98,6 @@ func lowest(v *view, score []float64, tol float64) (best, near int) {
 		}
 	}
 	return best, near
-}
-
-// warmpathPolicy picks the lowest predicted TTFT. Near-equal candidates
-// (within TieAbs or TieRel of the best) are broken towards the one with the
-// fewest requests in flight, which spreads a burst instead of herding it.
-//
-// A prompt cached nowhere is a new prefix: where it lands is where its
-// later requests will find it warm. Sending every new prefix to the
-// fastest worker would crowd its cache while the others' sit unused, so
-// for those the near-equal band is ColdTieRel wide.
-type warmpathPolicy struct{}
-
-func (warmpathPolicy) choose(v *view, score []float64) (int, string) {
-	best := math.Inf(1)
-	for i, c := range v.cands {
-		score[i] = c.PredictedTTFT.Seconds()
-		best = math.Min(best, score[i])
-	}
-	rel := v.cfg.TieRel
-	cold := true
-	for _, c := range v.cands {
-		cold = cold && c.CachedTokens == 0
-	}
-	if cold {
-		rel = v.cfg.ColdTieRel
-	}
-	tol := math.Max(v.cfg.TieAbs.Seconds(), rel*best)
-	i, near := lowest(v, score, tol)
-	c := v.cands[i]
-	if near == 1 {
-		return i, fmt.Sprintf("lowest predicted TTFT %.3fs (wait %.3fs + prefill %.3fs, %d cached)",
-			score[i], c.QueueWait.Seconds(), c.Prefill.Seconds(), c.CachedTokens)
-	}
-	if cold {
-		return i, fmt.Sprintf("prefix cached nowhere: %d candidates within %.3fs of the lowest predicted TTFT %.3fs; fewest in flight (%d) wins, spreading new prefixes over the caches",
-			near, tol, best, v.busy(i))
-	}
-	return i, fmt.Sprintf("%d candidates within %.3fs of the lowest predicted TTFT %.3fs; fewest in flight (%d) wins",
-		near, tol, best, v.busy(i))
 }
 
 type randomPolicy struct{ rng *rand.Rand }

@@ -52,7 +52,7 @@ func TestPolicies(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := DefaultConfig()
+			cfg := ttftConfig()
 			if tt.tweak != nil {
 				tt.tweak(&cfg)
 			}
@@ -82,7 +82,7 @@ func TestPolicies(t *testing.T) {
 // on: cached tokens from the index and predictions ordered by work.
 func TestScenarioPredictions(t *testing.T) {
 	t.Parallel()
-	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	g := newRig(t, PolicyWarmpath, ttftConfig(), nil)
 	req, ws := scenario(t, g)
 	d, err := g.r.Predict(t.Context(), req, ws)
 	if err != nil {

@@ -8,9 +8,10 @@ import (
 // The prediction room: per candidate, the TTFT the worker's step model
 // predicts for the request given the load the ledger shows there (queue
 // wait, uncached prefill, fixed overhead), the KV-admission wait and the
-// preemption-risk factor. It reads the ledger and the learner and changes
-// neither. It runs under the router's mutex and reuses its scratch for
-// every decision.
+// preemption-risk factor, then what the decode room predicts of the rest
+// of the response (TPOT, end to end, the slowdown it imposes). It reads
+// the ledger and the learner and changes neither. It runs under the
+// router's mutex and reuses its scratch for every decision.
 
 // predictor holds the scratch one prediction reuses.
 type predictor struct {
@@ -26,12 +27,14 @@ type predictor struct {
 //
 // A worker with several data-parallel ranks is modelled as one engine with
 // their summed step budget.
-func (p *predictor) predict(r *Router, d *Decision, ws Workers, f *facts, now time.Time) *view {
+func (p *predictor) predict(r *Router, req *Request, d *Decision, ws Workers, f *facts, now time.Time) *view {
 	n := len(ws)
 	v := &p.vs
+	out := r.learn.output(req.Model).expect(req.MaxTokens, r.cfg.DefaultOutputTokens)
+	d.OutputTokens = int(math.Round(out))
 	*v = view{cfg: &r.cfg, cands: d.Candidates, loads: grow(v.loads, n), uncached: grow(v.uncached, n), work: grow(v.work, n),
 		kvWait: grow(v.kvWait, n), factor: grow(v.factor, n), models: grow(v.models, n),
-		prompt: d.PromptTokens, blockSize: f.blockSize, seq: r.seq}
+		prompt: d.PromptTokens, out: out, slo: r.cfg.slo(req.Model, req.SLO), blockSize: f.blockSize, seq: r.seq}
 	p.ledgers, p.models = grow(p.ledgers, n), grow(p.models, n)
 	known, sum := 0, 0.0
 	for i := range ws {
@@ -81,6 +84,23 @@ func (p *predictor) predict(r *Router, d *Decision, ws Workers, f *facts, now ti
 		c.Prefill = seconds(pr.prefill)
 		c.Overhead = seconds(pr.overhead)
 		c.PredictedTTFT = c.QueueWait + c.Prefill + c.Overhead
+		others := l.decoding + l.aheadReqs
+		typOut := typ.out
+		if typOut <= 0 {
+			typOut = out
+		}
+		tpot, slow := predictDecode(p.models[i].dec.model(), decodeLoad{
+			batch:    others + 1,
+			ctx:      l.decodeCtx + l.aheadCtx + w.prompt + others*typOut/2 + out/2,
+			rate:     p.ledgers[i].meter.rate(now, r.cfg.RateWindow),
+			budget:   w.budget,
+			prompt:   w.prompt,
+			uncached: v.uncached[i],
+			out:      out,
+		})
+		c.PredictedTPOT = seconds(tpot)
+		c.PredictedE2E = c.PredictedTTFT + seconds(tpot*max(out-1, 0))
+		c.Slowdown = seconds(slow)
 		c.InFlight = l.inflight
 		c.WorkAhead = int(math.Round(l.ahead))
 		c.Decoding = int(math.Round(l.decoding))

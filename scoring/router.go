@@ -161,7 +161,13 @@ func (r *Router) decide(ctx context.Context, req *Request, ws Workers, commit bo
 		n := r.learn.relaxIdle(ws, func(w string) bool { return len(r.ledger.worker(w).inflight) > 0 }, now)
 		r.m.idleRestarts.Add(float64(n))
 	}
-	v := r.pred.predict(r, d, ws, f, now)
+	v := r.pred.predict(r, req, d, ws, f, now)
+	if r.name == PolicyWarmpath {
+		d.Objective = r.cfg.Objective
+		if d.Objective == ObjectiveSLO {
+			d.SLO = v.slo
+		}
+	}
 	score := r.pred.scores
 	idx, why := r.policy.choose(v, score)
 	for i := range d.Candidates {
@@ -177,7 +183,7 @@ func (r *Router) decide(ctx context.Context, req *Request, ws Workers, commit bo
 	}
 	var a *assignment
 	if commit {
-		a = r.reserve(d, v, idx, f, req.Stream, now)
+		a = r.reserve(d, req, v, idx, f, now)
 		if f.chain != nil {
 			r.text.record(d.Worker, f.chain, now)
 		}
@@ -203,7 +209,7 @@ func (r *Router) decide(ctx context.Context, req *Request, ws Workers, commit bo
 
 // reserve records the decision as in flight on the chosen worker and
 // returns its assignment. r.mu must be held.
-func (r *Router) reserve(d *Decision, v *view, idx int, f *facts, stream bool, now time.Time) *assignment {
+func (r *Router) reserve(d *Decision, req *Request, v *view, idx int, f *facts, now time.Time) *assignment {
 	c := d.Candidates[idx]
 	bs := f.blockSize
 	a := &assignment{
@@ -218,12 +224,16 @@ func (r *Router) reserve(d *Decision, v *view, idx int, f *facts, stream bool, n
 		work:      v.work[idx],
 		cached:    c.CachedTokens,
 		exact:     f.exact,
-		stream:    stream,
+		stream:    req.Stream,
+		model:     req.Model,
+		maxTokens: req.MaxTokens,
+		out:       v.out,
 		kvWait:    v.kvWait[idx],
 		ownBlocks: int(math.Ceil((v.uncached[idx] + r.learn.worker(c.Worker).typ.out) / float64(bs))),
 	}
 	a.pred = prediction{queue: (c.QueueWait - a.kvWait).Seconds(), prefill: c.Prefill.Seconds(), overhead: c.Overhead.Seconds(), factor: v.factor[idx]}
 	r.ledger.reserve(d, a)
+	a.ledger.meter.route(a.uncached, now, r.cfg.RateWindow)
 	return a
 }
 

@@ -43,7 +43,7 @@ func TestModes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			g := newRig(t, PolicyWarmpath, DefaultConfig(), tt.tok)
+			g := newRig(t, PolicyWarmpath, ttftConfig(), tt.tok)
 			if tt.noIndex {
 				g.r.gather.index = nil
 			}
@@ -216,7 +216,7 @@ func TestTieBreak(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+			g := newRig(t, PolicyWarmpath, ttftConfig(), nil)
 			ids := prompt(9, 0, 2048)
 			tt.setup(g, ids)
 			d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: ids}, pool(2))
@@ -262,7 +262,7 @@ func TestTieRotation(t *testing.T) {
 
 func TestShadow(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
+	cfg := ttftConfig()
 	cfg.Shadow = []string{PolicyPrefixMax, PolicyLeastRequest, PolicyAffinity, PolicyDynamoCost, PolicyWarmpath}
 	g := newRig(t, PolicyWarmpath, cfg, nil)
 	req, ws := scenario(t, g)
@@ -552,7 +552,7 @@ func TestFirstTokenReleasesPrefill(t *testing.T) {
 
 func TestExplain(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
+	cfg := ttftConfig()
 	cfg.Shadow = []string{PolicyPrefixMax}
 	g := newRig(t, PolicyWarmpath, cfg, nil)
 	req, ws := scenario(t, g)
@@ -571,8 +571,11 @@ func TestExplain(t *testing.T) {
 			Name         string  `json:"name"`
 			CachedTokens int     `json:"cached_tokens"`
 			TTFT         float64 `json:"predicted_ttft_ms"`
+			TPOT         float64 `json:"predicted_tpot_ms"`
+			E2E          float64 `json:"predicted_e2e_ms"`
 		} `json:"workers"`
-		Shadow []struct {
+		OutputTokens int `json:"output_tokens"`
+		Shadow       []struct {
 			Policy string `json:"policy"`
 		} `json:"shadow"`
 	}
@@ -580,10 +583,13 @@ func TestExplain(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.Chosen != "w2" || got.Mode != "exact" || len(got.Workers) != 3 || got.Workers[0].CachedTokens != 8000 ||
-		got.Workers[2].TTFT != ms(d.Candidates[2].PredictedTTFT.Seconds()) || len(got.Shadow) != 1 {
+		got.Workers[2].TTFT != ms(d.Candidates[2].PredictedTTFT.Seconds()) || len(got.Shadow) != 1 ||
+		got.Workers[2].TPOT != ms(d.Candidates[2].PredictedTPOT.Seconds()) || !(got.Workers[2].E2E > got.Workers[2].TTFT) ||
+		got.OutputTokens != d.OutputTokens {
 		t.Errorf("explanation %s", b)
 	}
-	want := fmt.Sprintf("w2; policy=warmpath; mode=exact; cached=4096; ttft_ms=%.1f", ms(d.Chosen.PredictedTTFT.Seconds()))
+	want := fmt.Sprintf("w2; policy=warmpath; mode=exact; cached=4096; ttft_ms=%.1f; tpot_ms=%.1f",
+		ms(d.Chosen.PredictedTTFT.Seconds()), ms(d.Chosen.PredictedTPOT.Seconds()))
 	if h := d.Header(); h != want {
 		t.Errorf("Header = %q, want %q", h, want)
 	}
@@ -737,7 +743,7 @@ func TestKVAdmissionWait(t *testing.T) {
 // what the baseline gave away, as negative regret.
 func TestShadowOfBaseline(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
+	cfg := ttftConfig()
 	cfg.Shadow = []string{PolicyWarmpath}
 	g := newRig(t, PolicyPrefixMax, cfg, nil)
 	req, ws := scenario(t, g)
@@ -805,7 +811,7 @@ func TestScrapeCountsRecentlyEnded(t *testing.T) {
 // shows decides.
 func TestIdleWorkerRelaxes(t *testing.T) {
 	t.Parallel()
-	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	g := newRig(t, PolicyWarmpath, ttftConfig(), nil)
 	ws := pool(2)
 	e := engine{o: 0.006, p: 40e-6, d: 150e-6, c: 4e-9, f: 0.003, budget: 8192}
 	rng := rand.New(rand.NewPCG(9, 9))

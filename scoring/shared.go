@@ -104,16 +104,16 @@ func (r *Router) ApplyPeer(peer string, evs []PeerEvent) {
 				remote: true,
 			}
 			a.work.budget = float64(r.cfg.budget(sa.Worker))
+			w.meter.route(sa.Uncached, now, r.cfg.RateWindow)
 			if !sa.FirstAt.IsZero() {
-				a.firstSeen, a.firstAt = true, sa.FirstAt
+				w.started(a, sa.FirstAt)
 			}
 			w.inflight = append(w.inflight, a)
 			r.ledger.remote[k] = a
 		case PeerFirstToken:
-			if a, ok := r.ledger.remote[peerKey{peer, ev.ID}]; ok {
+			if a, ok := r.ledger.remote[peerKey{peer, ev.ID}]; ok && !a.firstSeen {
 				r.ledger.told = true
-				a.firstSeen, a.firstAt = true, ev.At
-				a.ledger.lastFirst = ev.At
+				a.ledger.started(a, ev.At)
 			}
 		case PeerEnded:
 			k := peerKey{peer, ev.ID}

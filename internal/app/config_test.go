@@ -195,7 +195,7 @@ telemetry: {capture_prompts: true}
 // and empty slices and maps.
 func normalised(c Config) Config {
 	c.Tenant.Allow, c.Tenant.Metadata.Path = nil, nil
-	c.Scoring.Shadow, c.Scoring.Budgets, c.Scoring.KVBlocks = nil, nil, nil
+	c.Scoring.Shadow, c.Scoring.Budgets, c.Scoring.KVBlocks, c.Scoring.SLOs = nil, nil, nil, nil
 	c.Discovery.Kubernetes.Defaults.Models = nil
 	c.Models, c.Workers = nil, nil
 	c.Peers.Static = nil

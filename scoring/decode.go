@@ -1,0 +1,207 @@
+package scoring
+
+import (
+	"math"
+	"time"
+)
+
+// The decode room: what a pick does to the rest of the response. The same
+// engine steps that prefill a request carry every sequence decoding on the
+// worker, so a worker that prefills fast but takes every prompt decodes
+// slowly for all of them. Per candidate this room predicts the time per
+// output token (TPOT) the request will get there and the time it adds to
+// the responses already decoding there (the slowdown), from a decode step
+// model per worker that outcomes calibrate as the TTFT model is: from each
+// watched response's inter-token time, against the batch its decode steps
+// carried as the ledger's decode meter saw it. It is guarded by the
+// router's mutex.
+
+// decodeMeter integrates, for one worker, what its decode steps carried:
+// the sequences decoding (past their first token, not ended) and their
+// prompt tokens, over time, and the prefill work done meanwhile. An
+// outcome's decode window is the difference of two readings, at its first
+// token and at its end. It also keeps the rate of prefill work routed to
+// the worker, which predicts how much of the coming steps prefill takes.
+type decodeMeter struct {
+	at   time.Time
+	seqs float64
+	ctx  float64
+	sum  meterReading
+	// routed is the uncached tokens routed to the worker, each decayed by
+	// exp(−age/RateWindow) since; routedAt is when it was last decayed.
+	routed   float64
+	routedAt time.Time
+}
+
+// meterReading is a decodeMeter's running totals at one time.
+type meterReading struct {
+	// at is the time the totals are integrated to.
+	at time.Time
+	// seqSec and ctxSec are ∫ sequences dt and ∫ prompt tokens dt, in
+	// sequence-seconds and token-seconds.
+	seqSec, ctxSec float64
+	// prefilled is the uncached tokens whose prefill finished: counted at
+	// their first token, or at their end if none was seen.
+	prefilled float64
+}
+
+// advance integrates the meter up to t; a t before the last one (a peer's
+// first token, stamped in the past) integrates nothing.
+func (m *decodeMeter) advance(t time.Time) {
+	if t.After(m.at) {
+		if !m.at.IsZero() {
+			dt := t.Sub(m.at).Seconds()
+			m.sum.seqSec += m.seqs * dt
+			m.sum.ctxSec += m.ctx * dt
+		}
+		m.at = t
+	}
+}
+
+// started counts a's first token at t: its prefill is done and it decodes
+// from now on. It returns the reading its decode window starts from.
+func (m *decodeMeter) started(a *assignment, t time.Time) meterReading {
+	m.advance(t)
+	m.seqs++
+	m.ctx += float64(a.prompt)
+	m.sum.prefilled += a.uncached
+	return m.reading()
+}
+
+// reading returns the totals at the meter's time.
+func (m *decodeMeter) reading() meterReading {
+	r := m.sum
+	r.at = m.at
+	return r
+}
+
+// ended counts a's end at t and returns the reading there.
+func (m *decodeMeter) ended(a *assignment, t time.Time) meterReading {
+	m.advance(t)
+	if a.firstSeen {
+		m.seqs = max(m.seqs-1, 0)
+		m.ctx = max(m.ctx-float64(a.prompt), 0)
+	} else {
+		m.sum.prefilled += a.uncached
+	}
+	return m.reading()
+}
+
+// decay brings routed to now.
+func (m *decodeMeter) decay(now time.Time, window time.Duration) {
+	if now.After(m.routedAt) {
+		if !m.routedAt.IsZero() {
+			m.routed *= math.Exp(-now.Sub(m.routedAt).Seconds() / window.Seconds())
+		}
+		m.routedAt = now
+	}
+}
+
+// route counts uncached tokens routed to the worker at now.
+func (m *decodeMeter) route(uncached float64, now time.Time, window time.Duration) {
+	m.decay(now, window)
+	m.routed += uncached
+}
+
+// rate returns the prefill tokens per second routed to the worker lately.
+func (m *decodeMeter) rate(now time.Time, window time.Duration) float64 {
+	m.decay(now, window)
+	return m.routed / window.Seconds()
+}
+
+// decodeLoad is what the decode model needs to know about one request on
+// one worker.
+type decodeLoad struct {
+	// batch is the sequences decoding in the request's steps, itself
+	// included; ctx the context tokens they read per step.
+	batch, ctx float64
+	// rate is the prefill tokens per second the worker's steps carry
+	// besides; budget its token budget per step.
+	rate, budget float64
+	// prompt and uncached are the request's prompt and prefill tokens, out
+	// its expected output tokens.
+	prompt, uncached, out float64
+}
+
+// predictDecode returns the request's predicted time per output token on
+// the worker, and the time it adds to the other sequences' responses
+// there, in seconds.
+//
+// A decode step costs StepOverhead + DecodePerSeq × batch +
+// ContextPerToken × context, and prefill work arriving at rate λ takes a
+// share PrefillPerToken × λ of the worker's time, during which no token is
+// decoded: TPOT = step / (1 − share), never more than a step that also
+// prefills a full chunk, which is what every step is once prefill arrives
+// faster than the worker computes it (share ≥ 1). The others (batch − 1 of them) each wait for the
+// request's prefill and, in every one of its decode steps, for its
+// sequence.
+func predictDecode(m StepModel, l decodeLoad) (tpot, slowdown float64) {
+	step := m.StepOverhead + m.DecodePerSeq*l.batch + m.ContextPerToken*l.ctx
+	share := m.PrefillPerToken * l.rate
+	full := step + m.PrefillPerToken*max(l.budget-l.batch, 0)
+	tpot = full
+	if share < 1 {
+		tpot = min(step/(1-share), full)
+	}
+	others := max(l.batch-1, 0)
+	steps := max(l.out-1, 0)
+	own := m.DecodePerSeq + m.ContextPerToken*(l.prompt+l.out/2)
+	slowdown = others * (m.PrefillPerToken*l.uncached + steps*own)
+	return max(tpot, 0), max(slowdown, 0)
+}
+
+// decodeFeatures is the feature vector whose dot product with the decode
+// step model is the time of steps decode steps that carried batch
+// sequences reading ctx context tokens on average, and prefilled tokens
+// of other requests' prefill: one TPOT measurement's explanation.
+func decodeFeatures(steps, prefilled, batch, ctx float64) [numParams]float64 {
+	return [numParams]float64{steps, prefilled, steps * batch, steps * ctx, 0}
+}
+
+// outputs is what a model's responses taught about their length: the
+// mean output of requests without max_tokens, and the mean share of
+// max_tokens used by those with it. Each counts its samples.
+type outputs struct {
+	mean, fill   float64
+	nMean, nFill int
+}
+
+// minOutputs is the samples an output statistic needs before it is used.
+const minOutputs = 8
+
+// observe learns one completed response's length.
+func (o *outputs) observe(maxTokens, completion int) {
+	const alpha = 0.05
+	if completion <= 0 {
+		return
+	}
+	if maxTokens > 0 {
+		f := min(float64(completion)/float64(maxTokens), 1)
+		if o.nFill == 0 {
+			o.fill = f
+		}
+		o.fill += alpha * (f - o.fill)
+		o.nFill++
+		return
+	}
+	if o.nMean == 0 {
+		o.mean = float64(completion)
+	}
+	o.mean += alpha * (float64(completion) - o.mean)
+	o.nMean++
+}
+
+// expect returns the output tokens to expect of a request with maxTokens
+// (0 when it set none): the learned share of it, or all of it before that
+// is learned; without max_tokens the learned mean, or def.
+func (o *outputs) expect(maxTokens, def int) float64 {
+	switch {
+	case maxTokens > 0 && o.nFill >= minOutputs:
+		return max(1, o.fill*float64(maxTokens))
+	case maxTokens > 0:
+		return float64(maxTokens)
+	case o.nMean >= minOutputs:
+		return max(1, o.mean)
+	}
+	return float64(def)
+}

@@ -1,0 +1,190 @@
+package scoring
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+func near(got, want, rel float64) bool { return math.Abs(got-want) <= rel*math.Abs(want) }
+
+func TestPredictDecode(t *testing.T) {
+	t.Parallel()
+	m := StepModel{StepOverhead: 0.010, PrefillPerToken: 100e-6, DecodePerSeq: 200e-6, ContextPerToken: 10e-9}
+	tests := []struct {
+		name           string
+		l              decodeLoad
+		tpot, slowdown float64
+	}{
+		{
+			name: "alone: one step per token, nobody to slow",
+			l:    decodeLoad{batch: 1, ctx: 1000, budget: 8192, prompt: 1000, uncached: 1000, out: 101},
+			tpot: 0.010 + 200e-6 + 10e-9*1000,
+		},
+		{
+			// step 0.010 + 4×200µs + 8000×10ns = 0.01088; prefill takes
+			// 100 µs × 2000 tokens/s = 20% of the time.
+			name: "prefill routed to the worker stretches every token",
+			l:    decodeLoad{batch: 4, ctx: 8000, rate: 2000, budget: 8192, prompt: 1000, uncached: 500, out: 101},
+			tpot: 0.01088 / 0.8,
+			// three others wait for 500 tokens of prefill and share 100
+			// steps with a sequence of 1000 + 50.5 context tokens.
+			slowdown: 3 * (100e-6*500 + 100*(200e-6+10e-9*1050.5)),
+		},
+		{
+			name: "a saturated worker's token is one full chunk step",
+			l:    decodeLoad{batch: 2, ctx: 0, rate: 1e6, budget: 1024, prompt: 10, uncached: 0, out: 2},
+			tpot: 0.010 + 2*200e-6 + 100e-6*1022,
+			// one other, one decode step of the request's own.
+			slowdown: 200e-6 + 10e-9*11,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tpot, slow := predictDecode(m, tt.l)
+			if !near(tpot, tt.tpot, 1e-9) || !near(slow, tt.slowdown, 1e-9) {
+				t.Errorf("tpot, slowdown = %v, %v; want %v, %v", tpot, slow, tt.tpot, tt.slowdown)
+			}
+		})
+	}
+}
+
+// TestDecodeMeter checks a decode window's reading: the sequences and
+// context the steps carried on average, and the prefill done meanwhile.
+func TestDecodeMeter(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	var m decodeMeter
+	a := &assignment{prompt: 1000, uncached: 800}
+	b := &assignment{prompt: 3000, uncached: 3000}
+	c := &assignment{prompt: 500, uncached: 500}
+	m.advance(at(0))
+	m.started(b, at(0)) // b decodes from 0
+	b.firstSeen = true
+	from := m.started(a, at(1)) // a's window opens at 1
+	a.firstSeen = true
+	m.started(c, at(2)) // c's prefill finished at 2
+	c.firstSeen = true
+	m.ended(c, at(3))
+	m.ended(b, at(4))
+	to := m.ended(a, at(5))
+	span := to.at.Sub(from.at).Seconds()
+	// From 1 to 5: a and b (1–2), a, b, c (2–3), a and b (3–4), a (4–5).
+	if seqs := (to.seqSec - from.seqSec) / span; !near(seqs, (2+3+2+1)/4.0, 1e-12) {
+		t.Errorf("mean batch %v, want 2", seqs)
+	}
+	if ctx := (to.ctxSec - from.ctxSec) / span; !near(ctx, (4000+4500+4000+1000)/4.0, 1e-12) {
+		t.Errorf("mean context %v, want 3375", ctx)
+	}
+	if p := to.prefilled - from.prefilled; p != 500 {
+		t.Errorf("prefilled in the window %v, want c's 500", p)
+	}
+	// A peer's first token stamped in the past integrates nothing
+	// backwards.
+	before := m.reading()
+	m.started(&assignment{prompt: 10}, at(4.5))
+	if r := m.reading(); r.seqSec != before.seqSec || r.at != before.at {
+		t.Errorf("a past first token moved the integral: %+v → %+v", before, r)
+	}
+}
+
+func TestRoutedRateDecays(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	var m decodeMeter
+	w := 10 * time.Second
+	for i := range 100 {
+		m.route(1000, t0.Add(time.Duration(i)*100*time.Millisecond), w) // 10 000 tokens/s
+	}
+	now := t0.Add(10 * time.Second)
+	// A sum decayed over the window of a steady 10k tokens/s tends to
+	// 10k/s × (1 − e^-1) after one window.
+	r0 := m.rate(now, w)
+	if !near(r0, 10000*(1-math.Exp(-1)), 0.06) {
+		t.Errorf("rate %v after one window of 10k tokens/s", r0)
+	}
+	if r := m.rate(now.Add(time.Minute), w); !near(r, r0*math.Exp(-6), 1e-9) {
+		t.Errorf("rate %v a minute later, want e^-6 of %v", r, r0)
+	}
+}
+
+func TestOutputsExpect(t *testing.T) {
+	t.Parallel()
+	var o outputs
+	if got := o.expect(0, 256); got != 256 {
+		t.Errorf("nothing learned, no max_tokens: %v, want the default", got)
+	}
+	if got := o.expect(900, 256); got != 900 {
+		t.Errorf("nothing learned, max_tokens 900: %v", got)
+	}
+	for range 100 {
+		o.observe(1000, 250) // clients ask 1000 and use a quarter
+		o.observe(0, 120)
+	}
+	if got := o.expect(400, 256); !near(got, 100, 0.01) {
+		t.Errorf("a quarter of max_tokens 400: %v", got)
+	}
+	if got := o.expect(0, 256); !near(got, 120, 0.01) {
+		t.Errorf("without max_tokens: %v, want the learned mean 120", got)
+	}
+}
+
+// TestDecodeCalibration feeds a router responses timed by a known decode
+// step model, with the batch its ledger shows, and checks that the decode
+// model it learns predicts their TPOT.
+func TestDecodeCalibration(t *testing.T) {
+	t.Parallel()
+	truth := StepModel{StepOverhead: 0.030, PrefillPerToken: 250e-6, DecodePerSeq: 300e-6, ContextPerToken: 20e-9}
+	g := newRig(t, PolicyRoundRobin, DefaultConfig(), nil)
+	ws := pool(1)
+	rng := rand.New(rand.NewPCG(3, 4))
+	type live struct {
+		d     *Decision
+		first time.Time
+		out   int
+	}
+	var running []live
+	var errs []float64
+	for i := range 400 {
+		// Keep 2–12 sequences decoding; each ends after its tokens, timed
+		// by the truth for the batch at its end.
+		for len(running) < 2+rng.IntN(10) {
+			out := 32 + rng.IntN(200)
+			d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(i*100+len(running), 0, 500+rng.IntN(3000)), Stream: true, MaxTokens: out}, ws)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.clock.Advance(50 * time.Millisecond)
+			g.r.FirstToken(d)
+			running = append(running, live{d: d, first: g.clock.Now(), out: out})
+		}
+		k := rng.IntN(len(running))
+		r := running[k]
+		running = append(running[:k], running[k+1:]...)
+		ctx := 0.0
+		for _, o := range running {
+			ctx += float64(o.d.PromptTokens)
+		}
+		batch := float64(len(running) + 1)
+		ctx += float64(r.d.PromptTokens) + batch*float64(r.out)/2
+		tpot := truth.StepOverhead + truth.DecodePerSeq*batch + truth.ContextPerToken*ctx
+		decode := time.Duration(tpot * float64(r.out-1) * float64(time.Second))
+		if i >= 300 {
+			errs = append(errs, math.Abs(r.d.Chosen.PredictedTPOT.Seconds()-tpot)/tpot)
+		}
+		g.clock.Set(r.first.Add(decode))
+		g.r.Done(r.d, Outcome{End: EndCompleted, HTTPStatus: 200, TTFT: 50 * time.Millisecond, Decode: decode,
+			Duration: 50*time.Millisecond + decode, PromptTokens: r.d.PromptTokens, CompletionTokens: r.out, CachedTokens: 0})
+	}
+	// The batch at the prediction is not the batch at the end, so the
+	// error is not zero; it is far below the prior's.
+	if med := percentile(errs, 0.5); med > 0.10 {
+		t.Errorf("median TPOT error %.1f%% after 300 responses, want ≤ 10%%", 100*med)
+	}
+	m := g.r.learn.worker("w0").dec.model()
+	if !near(m.StepOverhead, truth.StepOverhead, 0.25) {
+		t.Errorf("learned decode step %v, truth %v", m.StepOverhead, truth.StepOverhead)
+	}
+}
