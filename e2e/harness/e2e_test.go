@@ -135,3 +135,55 @@ func TestRoutingComparison(t *testing.T) {
 // smallCache gives a worker 1500 blocks (24K tokens): room for about two
 // of the six 6K-token prefixes besides the requests running.
 func smallCache(e *vllmsim.EngineConfig) { e.NumGPUBlocks = 1500 }
+
+// TestReplicas runs two warmpath replicas behind one real Envoy, sharing
+// their ledgers and not: both route (Envoy balances ext_proc streams over
+// them), their decisions come back merged in one order, nothing leaks, and
+// only sharing replicas send one another ledger frames.
+func TestReplicas(t *testing.T) {
+	bin, root := envoyOrSkip(t)
+	rc := replay.Config{
+		Seed: 3,
+		Workload: replay.WorkloadConfig{Kind: replay.WorkloadSharedPrefix, API: replay.APICompletions, Model: "sim-model", TokenIDs: true,
+			SharedPrefix: replay.SharedPrefixConfig{Groups: 2, PromptsPerGroup: 10, SystemPromptLen: 2000,
+				Question: replay.Dist{Mean: 128}, Output: replay.Dist{Mean: 16}}},
+		Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 2},
+	}
+	for _, share := range []bool{true, false} {
+		t.Run(fmt.Sprintf("sharing %v", share), func(t *testing.T) {
+			setup := harness.Setup{
+				Workers:   []harness.WorkerSpec{{Name: "w0", Profile: "l40s-27b-fp8"}, {Name: "w1", Profile: "l40s-27b-fp8"}},
+				TimeScale: 10, Seed: 1, EnvoyBin: bin, Bootstrap: filepath.Join(root, "envoy/envoy.yaml"),
+				Replicas: 2, SharePeers: share,
+			}
+			dir := t.TempDir()
+			r, err := harness.RunPolicy(t.Context(), setup, harness.Policy{Name: "warmpath", Label: "warmpath-x2"}, rc, dir, harness.Options{})
+			if err != nil {
+				dumpLogs(t, filepath.Dir(dir))
+				t.Fatal(err)
+			}
+			s := r.Report.Runs[0].Summary
+			if s.Failed != 0 || r.Leaked != 0 || r.Policy != "warmpath-x2" || r.Replicas != 2 {
+				t.Fatalf("%d failed, %v leaked, label %q, %d replicas", s.Failed, r.Leaked, r.Policy, r.Replicas)
+			}
+			per := map[int]int{}
+			for i, rec := range r.Records {
+				if rec.Seq != i {
+					t.Fatalf("record %d has seq %d", i, rec.Seq)
+				}
+				per[rec.Replica]++
+			}
+			if len(r.Records) < s.Requests || per[0] == 0 || per[1] == 0 {
+				t.Fatalf("%d decisions for %d requests, by replica %v: want both to route", len(r.Records), s.Requests, per)
+			}
+			if share != (r.PeerBytesSent > 0) {
+				t.Fatalf("sharing %v, %v peer bytes sent", share, r.PeerBytesSent)
+			}
+			for _, f := range []string{"warmpath-0.log", "warmpath-1.log", "warmpath-1-metrics.txt"} {
+				if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+					t.Errorf("replica file: %v", err)
+				}
+			}
+		})
+	}
+}

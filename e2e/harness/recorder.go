@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/warmpath/warmpath/extproc"
@@ -12,10 +13,13 @@ import (
 // Record is one routed request as the picker predicted it and as it
 // turned out. Durations are wall time, as warmpath measured them.
 type Record struct {
-	// Seq numbers decisions in the order they were made, from 0.
-	Seq    int
-	Worker string
-	Mode   scoring.Mode
+	// Seq numbers decisions in the order they were made, from 0, across
+	// every replica of a stack.
+	Seq int
+	// Replica is the index of the warmpath replica that decided, from 0.
+	Replica int `json:",omitempty"`
+	Worker  string
+	Mode    scoring.Mode
 	// PromptTokens is what the picker knew of the prompt's length.
 	PromptTokens int
 	// PredictedTTFT and PredictedCached are the chosen candidate's
@@ -35,17 +39,25 @@ type Record struct {
 // and records each decision's prediction next to its outcome. It is safe
 // for concurrent use.
 type Recorder struct {
-	inner extproc.Picker
+	inner   extproc.Picker
+	replica int
+	// seq numbers decisions; the recorders of one stack's replicas share it.
+	seq *atomic.Int64
 
 	mu      sync.Mutex
-	seq     int
 	pending map[*scoring.Decision]int
 	records []Record
 }
 
 // NewRecorder returns a Recorder around inner.
 func NewRecorder(inner extproc.Picker) *Recorder {
-	return &Recorder{inner: inner, pending: map[*scoring.Decision]int{}}
+	return newReplicaRecorder(inner, 0, new(atomic.Int64))
+}
+
+// newReplicaRecorder returns a Recorder for replica that numbers its
+// decisions from seq, which the other replicas' recorders share.
+func newReplicaRecorder(inner extproc.Picker, replica int, seq *atomic.Int64) *Recorder {
+	return &Recorder{inner: inner, replica: replica, seq: seq, pending: map[*scoring.Decision]int{}}
 }
 
 // Pick asks the inner picker and remembers the decision's order.
@@ -54,9 +66,9 @@ func (r *Recorder) Pick(ctx context.Context, req *scoring.Request, ws scoring.Wo
 	if err != nil {
 		return nil, err
 	}
+	seq := int(r.seq.Add(1) - 1)
 	r.mu.Lock()
-	r.pending[d] = r.seq
-	r.seq++
+	r.pending[d] = seq
 	r.mu.Unlock()
 	return d, nil
 }
@@ -68,7 +80,7 @@ func (r *Recorder) Done(d *scoring.Decision, o scoring.Outcome) {
 	delete(r.pending, d)
 	if ok {
 		r.records = append(r.records, Record{
-			Seq: seq, Worker: d.Worker, Mode: d.Mode, PromptTokens: d.PromptTokens,
+			Seq: seq, Replica: r.replica, Worker: d.Worker, Mode: d.Mode, PromptTokens: d.PromptTokens,
 			PredictedTTFT: d.Chosen.PredictedTTFT, PredictedCached: d.Chosen.CachedTokens, Chosen: d.Chosen, Candidates: d.Candidates, Outcome: o,
 		})
 	}
@@ -91,9 +103,18 @@ func (r *Recorder) FirstToken(d *scoring.Decision) {
 
 // Records returns the finished records in decision order.
 func (r *Recorder) Records() []Record {
-	r.mu.Lock()
-	out := append([]Record(nil), r.records...)
-	r.mu.Unlock()
+	return mergeRecords(r)
+}
+
+// mergeRecords returns the finished records of every recorder together, in
+// decision order.
+func mergeRecords(rs ...*Recorder) []Record {
+	var out []Record
+	for _, r := range rs {
+		r.mu.Lock()
+		out = append(out, r.records...)
+		r.mu.Unlock()
+	}
 	sortRecords(out)
 	return out
 }

@@ -41,7 +41,12 @@ func (r PolicyResult) FellBehind() bool {
 
 // PolicyResult is one policy's run of a workload.
 type PolicyResult struct {
+	// Policy is the run's label: the policy's Label, or else its Name.
 	Policy string
+	// Replicas is how many warmpath replicas routed, and SharedPeers
+	// whether they shared their ledgers (Setup.Replicas, SharePeers).
+	Replicas    int
+	SharedPeers bool
 	// Report is the replayer's report converted to simulated time (every
 	// latency multiplied by the time scale, every rate divided by it).
 	Report *replay.Report
@@ -60,9 +65,14 @@ type PolicyResult struct {
 	// longer than the profile says.
 	StepLag time.Duration
 	// KVEvents is the number of KV-cache events warmpath's index applied
-	// (warmpath_kvindex_events_total); a run that completed requests with
-	// none is an error.
+	// (warmpath_kvindex_events_total), summed over replicas; a run that
+	// completed requests with a replica that applied none is an error.
 	KVEvents float64
+	// PeerBytesSent is the bytes of ledger frames the replicas sent one
+	// another (warmpath_peer_bytes_total{direction="sent"}, summed over
+	// replicas: a frame sent to two followers counts twice); 0 without
+	// sharing.
+	PeerBytesSent float64
 }
 
 // Options tune RunPolicies.
@@ -80,7 +90,7 @@ type Options struct {
 // warmpath, a new Envoy), with the same seed and arrivals. rc is written in
 // simulated time (rates, SLO limits, think times, durations); the harness
 // converts it to wall time with setup.TimeScale and converts the reports
-// back. Logs go to logDir/<policy>/ and are kept. It stops at the first
+// back. Logs go to logDir/<label>/ (Policy.Label, or else its Name) and are kept. It stops at the first
 // policy whose stack fails to start or whose replay fails; results so far
 // are returned with the error.
 func RunPolicies(ctx context.Context, setup Setup, policies []Policy, rc replay.Config, logDir string, opt Options) ([]PolicyResult, error) {
@@ -94,12 +104,12 @@ func RunPolicies(ctx context.Context, setup Setup, policies []Policy, rc replay.
 		// does not stall this run's simulators.
 		runtime.GC()
 		debug.FreeOSMemory()
-		res, err := RunPolicy(ctx, setup, p, rc, filepath.Join(logDir, p.Name), opt)
+		res, err := RunPolicy(ctx, setup, p, rc, filepath.Join(logDir, p.label()), opt)
 		if res != nil {
 			out = append(out, *res)
 		}
 		if err != nil {
-			return out, fmt.Errorf("policy %s: %w", p.Name, err)
+			return out, fmt.Errorf("policy %s: %w", p.label(), err)
 		}
 	}
 	return out, nil
@@ -119,15 +129,15 @@ func RunPolicy(ctx context.Context, setup Setup, policy Policy, rc replay.Config
 		return nil, err
 	}
 	wall := ToWall(rc, setup.TimeScale)
-	wall.Label, wall.BaseURL = policy.Name, st.URL
+	wall.Label, wall.BaseURL = policy.label(), st.URL
 	var ropts []replay.Option
 	if opt.Progress != nil {
-		fmt.Fprintf(opt.Progress, "harness: policy %s: envoy %s, warmpath admin %s, logs %s\n", policy.Name, st.URL, st.Admin, logDir)
+		fmt.Fprintf(opt.Progress, "harness: policy %s: envoy %s, warmpath admin %s, logs %s\n", policy.label(), st.URL, st.Admin, logDir)
 		ropts = append(ropts, replay.WithProgress(opt.Progress))
 	}
 	rep, runErr := replay.Run(ctx, wall, ropts...)
 	leaked, idleErr := st.WaitIdle(ctx, opt.DrainTimeout)
-	res := &PolicyResult{Policy: policy.Name, Leaked: leaked, LogDir: logDir}
+	res := &PolicyResult{Policy: policy.label(), Replicas: setup.Replicas, SharedPeers: setup.SharePeers, Leaked: leaked, LogDir: logDir}
 	if lag, err := st.StepLag(ctx); err == nil {
 		res.StepLag = time.Duration(float64(lag) * setup.TimeScale)
 	}
@@ -141,19 +151,19 @@ func RunPolicy(ctx context.Context, setup Setup, policy Policy, rc replay.Config
 		}
 	}
 	var kvErr error
-	if events, err := st.KVEvents(ctx); err != nil {
+	if events, fewest, err := st.KVEvents(ctx); err != nil {
 		kvErr = err
-	} else if res.KVEvents = events; events == 0 && succeeded > 0 {
+	} else if res.KVEvents = events; fewest == 0 && succeeded > 0 {
 		kvErr = errors.New("warmpath applied no KV events: the simulators' events never reached its index")
 	}
-	if r := st.recorder(); r != nil {
-		res.Records = r.Records()
-	}
+	var peerErr error
+	res.PeerBytesSent, peerErr = st.PeerBytesSent(ctx)
+	res.Records = st.Records()
 	closeErr := st.Close()
 	if rep != nil {
 		res.Report = ToSim(rep, setup.TimeScale)
 	}
-	if err := errors.Join(runErr, idleErr, snapErr, kvErr, closeErr); err != nil {
+	if err := errors.Join(runErr, idleErr, snapErr, kvErr, peerErr, closeErr); err != nil {
 		return res, fmt.Errorf("%w (logs in %s)", err, logDir)
 	}
 	return res, nil

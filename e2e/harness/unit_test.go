@@ -4,11 +4,19 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/warmpath/warmpath/discovery"
 	"github.com/warmpath/warmpath/e2e/replay"
+	"github.com/warmpath/warmpath/envoy"
+	"github.com/warmpath/warmpath/internal/app"
 	"github.com/warmpath/warmpath/scoring"
 )
 
@@ -26,12 +34,18 @@ func TestSumMetric(t *testing.T) {
 		{"absent metric is zero", "go_goroutines 12\n", 0, false},
 		{"label values may hold braces", "warmpath_assignments_in_flight{worker=\"a}b\"} 1\n", 1, false},
 		{"no value is an error", "warmpath_assignments_in_flight{worker=\"w0\"}\n", 0, true},
+		{"labels pick samples", "warmpath_assignments_in_flight{worker=\"w0\",state=\"x\"} 2\nwarmpath_assignments_in_flight{worker=\"w1\"} 3\n" +
+			"warmpath_assignments_in_flight{worker=\"w0\",substate=\"x\"} 5\n", 2, false},
 		{"bad number is an error", "warmpath_assignments_in_flight{worker=\"w0\"} many\n", 0, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := sumMetric(strings.NewReader(tc.text), "warmpath_assignments_in_flight")
+			var labels []string
+			if strings.HasPrefix(tc.name, "labels") {
+				labels = []string{`worker="w0"`, `state="x"`}
+			}
+			got, err := sumMetric(strings.NewReader(tc.text), "warmpath_assignments_in_flight", labels...)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
 			}
@@ -219,6 +233,9 @@ func TestSetupValidate(t *testing.T) {
 		{"unknown profile", func(s *Setup) { s.Workers = []WorkerSpec{{Name: "w0", Profile: "h200"}} }, "unknown profile"},
 		{"bad time scale", func(s *Setup) { s.TimeScale = -1 }, "time scale"},
 		{"no envoy", func(s *Setup) { s.EnvoyBin = "" }, "envoy"},
+		{"negative replicas", func(s *Setup) { s.Replicas = -1 }, "replicas"},
+		{"sharing alone", func(s *Setup) { s.Replicas, s.SharePeers = 1, true }, "at least 2 replicas"},
+		{"sharing replicas", func(s *Setup) { s.Replicas, s.SharePeers = 2, true }, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -279,5 +296,127 @@ func TestFellBehind(t *testing.T) {
 		if got := tc.r.FellBehind(); got != tc.want {
 			t.Errorf("%s: FellBehind %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestRecordersShareSequence: a stack's replicas number their decisions
+// from one sequence, so their merged records read in decision order and
+// say which replica decided.
+func TestRecordersShareSequence(t *testing.T) {
+	t.Parallel()
+	seq := new(atomic.Int64)
+	a, b := newReplicaRecorder(&fakePicker{}, 0, seq), newReplicaRecorder(&fakePicker{}, 1, seq)
+	ws := scoring.Workers{{Name: "w0"}}
+	deciders := []*Recorder{a, b, b, a}
+	var ds []*scoring.Decision
+	for _, r := range deciders {
+		d, err := r.Pick(t.Context(), &scoring.Request{}, ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	for i := len(ds) - 1; i >= 0; i-- { // they end last first
+		deciders[i].Done(ds[i], scoring.Outcome{End: scoring.EndCompleted})
+	}
+	got := mergeRecords(a, b)
+	var replicas []int
+	for i, r := range got {
+		if r.Seq != i {
+			t.Fatalf("record %d has seq %d: %+v", i, r.Seq, got)
+		}
+		replicas = append(replicas, r.Replica)
+	}
+	if !slices.Equal(replicas, []int{0, 1, 1, 0}) {
+		t.Fatalf("replicas in decision order %v, want [0 1 1 0]", replicas)
+	}
+}
+
+func TestReplicaName(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		i, n int
+		want string
+	}{{0, 1, "warmpath"}, {0, 2, "warmpath-0"}, {3, 4, "warmpath-3"}} {
+		if got := replicaName(tc.i, tc.n); got != tc.want {
+			t.Errorf("replicaName(%d, %d) = %q, want %q", tc.i, tc.n, got, tc.want)
+		}
+	}
+}
+
+// TestReplicaConfig: with a token every replica shares its ledger with the
+// earlier ones, and its configuration owns its slices; without, it is the
+// base configuration.
+func TestReplicaConfig(t *testing.T) {
+	t.Parallel()
+	token := filepath.Join(t.TempDir(), "peer-token")
+	if err := writeToken(token); err != nil {
+		t.Fatal(err)
+	}
+	base := app.DefaultConfig()
+	base.Workers = []discovery.Worker{{Name: "w0"}}
+	earlier := []string{"127.0.0.1:1001", "127.0.0.1:1002"}
+	cfg := replicaConfig(base, token, earlier)
+	if cfg.Peers.TokenFile != token || !slices.Equal(cfg.Peers.Static, earlier) || !cfg.Peers.Enabled() {
+		t.Fatalf("peers %+v", cfg.Peers)
+	}
+	if err := cfg.Peers.Validate(); err != nil {
+		t.Fatalf("peers section invalid: %v", err)
+	}
+	earlier[0] = "changed:1"
+	cfg.Workers[0].Name = "mine"
+	if cfg.Peers.Static[0] != "127.0.0.1:1001" || base.Workers[0].Name != "w0" {
+		t.Fatal("replica configuration shares slices with its inputs")
+	}
+	if alone := replicaConfig(base, "", nil); alone.Peers.Enabled() || len(alone.Peers.Static) != 0 {
+		t.Fatalf("no token, peers %+v", alone.Peers)
+	}
+}
+
+// TestPointWarmpath: the bootstrap's warmpath cluster gets one endpoint per
+// replica, each keeping the committed endpoint's other settings.
+func TestPointWarmpath(t *testing.T) {
+	t.Parallel()
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs, err := envoy.LoadBootstrap(filepath.Join(root, "envoy/envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := []string{"127.0.0.1:4001", "127.0.0.1:4002", "[::1]:4003"}
+	if err := pointWarmpath(bs, addrs); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range bs.StaticResources.Clusters {
+		if c.Name == "warmpath" {
+			for _, ep := range c.LoadAssignment.Endpoints[0].LbEndpoints {
+				sa := ep.GetEndpoint().Address.GetSocketAddress()
+				got = append(got, net.JoinHostPort(sa.Address, strconv.Itoa(int(sa.GetPortValue()))))
+			}
+		}
+	}
+	if !slices.Equal(got, addrs) {
+		t.Fatalf("endpoints %v, want %v", got, addrs)
+	}
+	if err := pointWarmpath(bs, []string{"no-port"}); err == nil {
+		t.Fatal("an address without a port was accepted")
+	}
+}
+
+func TestUnhealthyHosts(t *testing.T) {
+	t.Parallel()
+	text := "warmpath::observability_name::warmpath\n" +
+		"warmpath::127.0.0.1:4001::health_flags::healthy\n" +
+		"warmpath::127.0.0.1:4002::health_flags::/failed_active_hc\n" +
+		"other::127.0.0.1:4003::health_flags::healthy\n"
+	got, err := unhealthyHosts(strings.NewReader(text), "warmpath", []string{"127.0.0.1:4001", "127.0.0.1:4002", "127.0.0.1:4003"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, []string{"127.0.0.1:4002", "127.0.0.1:4003"}) {
+		t.Fatalf("unhealthy %v, want the failed one and the unlisted one", got)
 	}
 }

@@ -111,6 +111,12 @@ func TestSummarize(t *testing.T) {
 	if s.SLOMet || s.Goodput != 0.9 {
 		t.Fatalf("slo met %v goodput %v, want missed and 0.9/s", s.SLOMet, s.Goodput)
 	}
+	if a := slo.Attainment(results); a != 0.9 {
+		t.Fatalf("attainment %v, want 9 of 10 within 1 s", a)
+	}
+	if a := slo.Attainment(nil); !math.IsNaN(a) {
+		t.Fatalf("attainment of nothing %v, want NaN", a)
+	}
 	if s.CacheHitRate != 0.5 || s.UsageReported != 9 {
 		t.Fatalf("cache hit %v from %d", s.CacheHitRate, s.UsageReported)
 	}

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -117,6 +118,22 @@ func (s SLO) good(r *Result) bool {
 		}
 	}
 	return true
+}
+
+// Attainment returns the share of results that succeeded with every
+// metric within every objective's limit (the requests goodput counts);
+// NaN for no results.
+func (s SLO) Attainment(results []Result) float64 {
+	if len(results) == 0 {
+		return math.NaN()
+	}
+	good := 0
+	for i := range results {
+		if s.good(&results[i]) {
+			good++
+		}
+	}
+	return float64(good) / float64(len(results))
 }
 
 // met reports whether results meet every objective, and an explanation of

@@ -31,13 +31,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	out := fs.String("out", "e2e/out/bench", "output directory (reports, plots, logs, results.md)")
 	only := fs.String("scenarios", "seed-shaped,llm-d-shared-prefix,skewed-hot-prefix,skewed-heavy,independent,mooncake,accuracy",
-		"comma-separated scenarios to run (also: demo)")
+		"comma-separated scenarios to run (also: demo, and the replicas scenarios replicas, replicas-skewed)")
 	pols := fs.String("policies", strings.Join(allPolicies, ","), "comma-separated policies (warmpath's config names, and oracle)")
 	scale := fs.Float64("time-scale", 0, "override every scenario's simulator time scale (simulated seconds per wall second)")
 	rate := fs.Float64("rate", 0, "override the main run's arrival rate (simulated requests/s) of every scenario with constant or Poisson arrivals")
 	noSweep := fs.Bool("no-sweep", false, "skip the goodput sweeps")
 	sweepOnly := fs.Bool("sweep-only", false, "run only the goodput sweeps (of the scenarios that have one)")
 	publish := fs.String("publish", "", "also copy results.md and the SVG plots into this directory")
+	rounds := fs.Int("rounds", 2, "rounds of every configuration in the replicas scenarios (round r replays seed + r − 1)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: bench [flags]\n\nRuns the routing benchmark scenarios once per policy through real Envoy and writes reports, plots and Markdown tables.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -47,6 +48,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return nil
 		}
 		return err
+	}
+	if *rounds < 1 {
+		return fmt.Errorf("-rounds %d: want at least 1", *rounds)
 	}
 	root, err := harness.RepoRoot()
 	if err != nil {
@@ -84,7 +88,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *sweepOnly && sc.sweep == nil {
 			continue
 		}
-		if err := runScenario(ctx, sc, policies, dir, root, envoyBin, !*noSweep, *sweepOnly, &md, stderr); err != nil {
+		if err := runScenario(ctx, sc, policies, dir, root, envoyBin, !*noSweep, *sweepOnly, *rounds, &md, stderr); err != nil {
 			return fmt.Errorf("scenario %s: %w", sc.name, err)
 		}
 		// Write what is done so far, so an interrupted run keeps its tables.
@@ -147,15 +151,19 @@ func sweepSessions(l replay.LoadConfig, requests int) int {
 }
 
 // runScenario runs one scenario for every policy (and its sweep, or only
-// its sweep), writes its files into dir and its tables to md.
-func runScenario(ctx context.Context, sc *scenario, policies []string, dir, root, envoyBin string, sweep, sweepOnly bool, md, progress io.Writer) error {
+// its sweep), or a replicas scenario for each configuration and round,
+// writes its files into dir and its tables to md.
+func runScenario(ctx context.Context, sc *scenario, policies []string, dir, root, envoyBin string, sweep, sweepOnly bool, rounds int, md, progress io.Writer) error {
+	setup := harness.Setup{Workers: sc.workers, TimeScale: sc.timeScale, Seed: 1, EnvoyBin: envoyBin,
+		Bootstrap: filepath.Join(root, "envoy/envoy.yaml")}
+	if sc.replicaRuns != nil {
+		return runReplicas(ctx, sc, policies, dir, setup, rounds, md, progress)
+	}
 	if sc.prepare != nil {
 		if err := sc.prepare(sc, dir); err != nil {
 			return err
 		}
 	}
-	setup := harness.Setup{Workers: sc.workers, TimeScale: sc.timeScale, Seed: 1, EnvoyBin: envoyBin,
-		Bootstrap: filepath.Join(root, "envoy/envoy.yaml")}
 	opt := harness.Options{Progress: progress}
 	fmt.Fprintf(md, "\n## %s\n\n%s\n\n", sc.title, sc.about)
 	writeWorkers(md, sc)
@@ -326,7 +334,7 @@ func publishResults(out, dst string, chosen []*scenario) error {
 	}
 	for _, sc := range chosen {
 		for _, sub := range []string{"", "sweep"} {
-			for _, name := range []string{replay.PlotTTFTCDF, replay.PlotGoodput} {
+			for _, name := range []string{replay.PlotTTFTCDF, replay.PlotGoodput, plotReplicaQuality} {
 				src := filepath.Join(out, sc.name, sub, name+".svg")
 				if _, err := os.Stat(src); err != nil {
 					continue
@@ -461,16 +469,24 @@ func writeAccuracy(w io.Writer, results []harness.PolicyResult, warmup int) {
 	fmt.Fprintln(w)
 }
 
-func secs(s float64) string {
-	if math.IsNaN(s) || math.IsInf(s, 0) {
-		return "–"
-	}
-	return fmt.Sprintf("%.2f s", s)
-}
+// The tables' number formats; each writes "–" for NaN or infinity.
+var (
+	secs       = formatted("%.2f s")
+	signedSecs = formatted("%+.2f s")
+	pct        = formatted("%.1f%%")
+	frac       = formatted("%.3f")
+	signed     = formatted("%+.3f")
+	times      = formatted("%.2f×")
+	bytesOf    = formatted("%.0f B")
+)
 
-func pct(v float64) string {
-	if math.IsNaN(v) {
-		return "–"
+// formatted returns a formatter of one number with format, "–" for NaN
+// or infinity.
+func formatted(format string) func(float64) string {
+	return func(v float64) string {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return "–"
+		}
+		return fmt.Sprintf(format, v)
 	}
-	return fmt.Sprintf("%.1f%%", v)
 }

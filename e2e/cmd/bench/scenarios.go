@@ -35,6 +35,10 @@ type scenario struct {
 	accuracyWarmup int
 	// prepare writes input files (traces) into dir before the runs.
 	prepare func(s *scenario, dir string) error
+	// replicaRuns, when set, makes this a replicas scenario: instead of
+	// once per policy, the workload runs once per configuration (a policy
+	// on so many warmpath replicas, sharing ledgers or not) and round.
+	replicaRuns []replicaRun
 }
 
 func workers(n int, profile string, tune func(*vllmsim.EngineConfig)) []harness.WorkerSpec {
@@ -129,11 +133,7 @@ func scenarios(repoRoot string) []*scenario {
 				"2,048-token prompts; 128 output tokens. Longest-prefix routing sends every hot request to one worker.",
 			skew, 2, 1, 3),
 		skewed("skewed-heavy", "Skewed, heavy: one hot 8K-token prefix with 1.5K-token tails, 3 L40S-like workers",
-			"The case longest-prefix routing overloads: as the skewed trace, but each hot request adds 1,536 unique "+
-				"tokens and requests arrive at 2.5/s, so the hot prefix's own prefill work (80% × 2.5/s × 1,536 tokens × 0.3 ms) "+
-				"is about 0.9 of one worker's prefill time, before its steps' overheads and decodes. One worker holding the "+
-				"prefix saturates; three holding it run at about a third each. 240 requests, 128 output tokens.",
-			skew, 2.5, 3, 4),
+			skewedHeavyAbout, skew, 2.5, 3, 4),
 		{
 			name:  "independent",
 			title: "Independent prompts: no shared prefix, 3 L40S-like workers",
@@ -180,6 +180,34 @@ func scenarios(repoRoot string) []*scenario {
 			accuracyWarmup: 200,
 		},
 		{
+			name:  "replicas",
+			title: "Replicas, seed-shaped: warmpath as 1, 2 and 4 replicas behind one Envoy",
+			about: "The seed-shaped workload (8 shared 14,000-token prefixes, 512-token prompts, 256 output tokens, 150 " +
+				"requests, Poisson at 0.45 requests/s) on the same three workers, routed by several warmpath replicas behind " +
+				"one real Envoy, whose `warmpath` cluster balances ext_proc streams (one per request) over them round robin. " + replicasAbout +
+				" Time scale 3 (seed-shaped runs at 2), so that two rounds of six runs take about 25 minutes.",
+			workers:   workers(3, "l40s-27b-fp8", nil),
+			timeScale: 3,
+			replay: replay.Config{Seed: 42, Workload: seedShaped, SLO: mustSLO("ttft:p90<=2s"),
+				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 0.45}},
+			replicaRuns:    replicaRuns,
+			accuracyWarmup: 50,
+		},
+		func() *scenario {
+			s := skewed("replicas-skewed", "Replicas, skewed-heavy: warmpath as 1, 2 and 4 replicas behind one Envoy",
+				"The skewed-heavy trace (one hot 8,192-token prefix with 1,536-token tails on 80% of 240 requests at "+
+					"2.5 requests/s, the rest unique 2,048-token prompts, 128 output tokens; one worker holding the hot prefix "+
+					"saturates) on the same three workers, routed by several warmpath replicas behind one real Envoy, whose "+
+					"`warmpath` cluster balances ext_proc streams (one per request) over them round robin. "+replicasAbout+
+					" Time scale 2 (skewed-heavy runs at 10), as the accuracy scenario, so that the harness's own milliseconds weigh little "+
+					"in the prediction error.",
+				skew, 2.5, 3, 4)
+			s.timeScale = 2
+			s.replay.SLO = mustSLO("ttft:p90<=2s")
+			s.replicaRuns, s.accuracyWarmup = replicaRuns, 80
+			return s
+		}(),
+		{
 			name:      "demo",
 			title:     "Demo: a short shared-prefix workload on 3 L40S-like workers",
 			about:     "60 requests behind 6 shared 8,000-token prefixes on three workers whose caches hold about two each.",
@@ -195,9 +223,27 @@ func scenarios(repoRoot string) []*scenario {
 	}
 }
 
+// skewedHeavyAbout describes the skewed-heavy trace.
+const skewedHeavyAbout = "The case longest-prefix routing overloads: as the skewed trace, but each hot request adds 1,536 unique " +
+	"tokens and requests arrive at 2.5/s, so the hot prefix's own prefill work (80% × 2.5/s × 1,536 tokens × 0.3 ms) " +
+	"is about 0.9 of one worker's prefill time, before its steps' overheads and decodes. One worker holding the " +
+	"prefix saturates; three holding it run at about a third each. 240 requests, 128 output tokens."
+
+// replicasAbout is what the replicas scenarios share.
+const replicasAbout = "Every replica is its own warmpath server with the same configuration (which carries no worker speed: " +
+	"each replica learns the speeds from its own outcomes) and its own KV index fed by every worker's events; with " +
+	"sharing on, each also follows the others' in-flight ledgers (`peers`: a shared token, each replica listing the " +
+	"earlier ones, heartbeat 100 ms, stale after 500 ms, expiry after 3 s). Runs: warmpath on 1, 2 and 4 sharing " +
+	"replicas, on 2 that do not share, and prefix-max on 1 and 2 (not sharing: it keeps no load model, so only its " +
+	"speculated blocks could travel). Each round replays a new seed (round r: seed + r − 1) for every run, so rounds " +
+	"show the spread over workloads and runs of the machine. The SLO is tighter than the other scenarios' so that its " +
+	"attainment tells runs apart: a request meets it with TTFT ≤ 2 s (a cache hit takes about 0.3 s, an uncached " +
+	"prefix 3–5 s)."
+
 // skewed is a scenario replaying a generated skewed trace (see
 // writeSkewedTrace) of 240 requests at rate, 80% of them behind the hot
-// prefix with tail unique 512-token blocks, on 3 L40S-like workers.
+// prefix with tail unique 512-token blocks, on 3 L40S-like workers; the
+// trace's seed is the replay's.
 func skewed(name, title, about string, workload replay.WorkloadConfig, rate float64, tail int, seed int64) *scenario {
 	return &scenario{
 		name: name, title: title, about: about,
@@ -208,7 +254,7 @@ func skewed(name, title, about string, workload replay.WorkloadConfig, rate floa
 		prepare: func(s *scenario, dir string) error {
 			p := filepath.Join(dir, "skewed-trace.jsonl")
 			s.replay.Workload.Trace.Path = p
-			return writeSkewedTrace(p, 240, rate, 0.8, tail, uint64(seed))
+			return writeSkewedTrace(p, 240, rate, 0.8, tail, uint64(s.replay.Seed))
 		},
 	}
 }
