@@ -30,14 +30,23 @@ type Accuracy struct {
 	// whose predicted cached tokens equal the reported ones (NaN for none).
 	CachedSamples int
 	CachedExact   float64
+	// TPOTSamples counts completed streamed responses after the warm-up
+	// with a predicted and an observed time per output token (three tokens
+	// or more); TPOTMedianAPE, TPOTP90APE and TPOTMedianBias are as the
+	// TTFT ones.
+	TPOTSamples    int
+	TPOTMedianAPE  float64
+	TPOTP90APE     float64
+	TPOTMedianBias float64
 }
 
 // MeasureAccuracy compares predictions with outcomes over records in
 // decision order, skipping the first warmup decisions and every request
 // that did not complete.
 func MeasureAccuracy(rs []Record, warmup int) Accuracy {
-	a := Accuracy{Warmup: warmup, MedianAPE: math.NaN(), P90APE: math.NaN(), MedianBias: math.NaN(), CachedExact: math.NaN()}
-	var ape, bias []float64
+	a := Accuracy{Warmup: warmup, MedianAPE: math.NaN(), P90APE: math.NaN(), MedianBias: math.NaN(), CachedExact: math.NaN(),
+		TPOTMedianAPE: math.NaN(), TPOTP90APE: math.NaN(), TPOTMedianBias: math.NaN()}
+	var ape, bias, tape, tbias []float64
 	exact := 0
 	for _, r := range rs {
 		if r.Seq < warmup || r.Outcome.End != scoring.EndCompleted {
@@ -47,6 +56,11 @@ func MeasureAccuracy(rs []Record, warmup int) Accuracy {
 			e := (r.PredictedTTFT.Seconds() - r.Outcome.TTFT.Seconds()) / r.Outcome.TTFT.Seconds() * 100
 			ape = append(ape, math.Abs(e))
 			bias = append(bias, e)
+		}
+		if pred, got := r.Chosen.PredictedTPOT, r.Outcome.TPOT(); pred > 0 && got > 0 && r.Outcome.CompletionTokens >= 3 {
+			e := (pred.Seconds() - got.Seconds()) / got.Seconds() * 100
+			tape = append(tape, math.Abs(e))
+			tbias = append(tbias, e)
 		}
 		if r.Outcome.CachedTokens >= 0 {
 			a.CachedSamples++
@@ -60,6 +74,12 @@ func MeasureAccuracy(rs []Record, warmup int) Accuracy {
 		slices.Sort(ape)
 		slices.Sort(bias)
 		a.MedianAPE, a.P90APE, a.MedianBias = quantile(ape, 0.5), quantile(ape, 0.9), quantile(bias, 0.5)
+	}
+	a.TPOTSamples = len(tape)
+	if len(tape) > 0 {
+		slices.Sort(tape)
+		slices.Sort(tbias)
+		a.TPOTMedianAPE, a.TPOTP90APE, a.TPOTMedianBias = quantile(tape, 0.5), quantile(tape, 0.9), quantile(tbias, 0.5)
 	}
 	if a.CachedSamples > 0 {
 		a.CachedExact = float64(exact) / float64(a.CachedSamples)

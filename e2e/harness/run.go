@@ -18,8 +18,14 @@ import (
 
 // SendLag is the q-quantile of how late the replayer sent a run's requests
 // against their schedule, in seconds (simulated, in a converted report):
-// the client side of the harness's fidelity.
+// the client side of the harness's fidelity. A closed loop (synchronous,
+// concurrent, throughput) sends each request when a stream is free, on no
+// schedule, and has no send lag: NaN, as for a run without requests.
 func SendLag(run replay.RunReport, q float64) float64 {
+	switch run.Kind {
+	case replay.LoadSynchronous, replay.LoadConcurrent, replay.LoadThroughput:
+		return math.NaN()
+	}
 	if len(run.Requests) == 0 {
 		return math.NaN()
 	}

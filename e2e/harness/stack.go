@@ -138,6 +138,9 @@ type Policy struct {
 	// built over the running simulators (the oracle). timeScale is the
 	// simulators' clock scale.
 	Picker func(sims []Sim, timeScale float64) extproc.Picker
+	// Config, when set, changes warmpath's configuration for this policy
+	// after Setup.Warmpath; timeScale is the simulators' clock scale.
+	Config func(c *app.Config, timeScale float64)
 }
 
 // label returns what names p's run: Label, or else Name.
@@ -231,6 +234,9 @@ func (s *Stack) start(ctx, sctx context.Context, setup Setup, policy Policy) err
 	cfg.ExtProc.DrainTimeout = 5 * time.Second
 	if setup.Warmpath != nil {
 		setup.Warmpath(&cfg)
+	}
+	if policy.Config != nil {
+		policy.Config(&cfg, setup.TimeScale)
 	}
 	token := ""
 	if setup.SharePeers {

@@ -271,6 +271,15 @@ func TestSendLag(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
 	}
+	// A closed loop's requests go when a stream is free: no schedule.
+	run.Kind = replay.LoadConcurrent
+	run.Requests[9].Sent = time.Hour
+	if got := SendLag(run, 0.9); !math.IsNaN(got) {
+		t.Errorf("closed loop: send lag %v, want NaN", got)
+	}
+	if (PolicyResult{Report: &replay.Report{Runs: []replay.RunReport{run}}}).FellBehind() {
+		t.Error("a closed loop fell behind a schedule it does not have")
+	}
 }
 
 func TestFellBehind(t *testing.T) {
@@ -418,5 +427,35 @@ func TestUnhealthyHosts(t *testing.T) {
 	}
 	if !slices.Equal(got, []string{"127.0.0.1:4002", "127.0.0.1:4003"}) {
 		t.Fatalf("unhealthy %v, want the failed one and the unlisted one", got)
+	}
+}
+
+func TestObjectivePolicies(t *testing.T) {
+	t.Parallel()
+	ps := Policies("warmpath", "warmpath-ttft", "warmpath-slo", "oracle")
+	if ps[0].Config != nil || ps[0].Label != "" || ps[3].Picker == nil {
+		t.Fatalf("plain policies changed: %+v", ps)
+	}
+	for i, obj := range []scoring.Objective{scoring.ObjectiveTTFT, scoring.ObjectiveSLO} {
+		p := ps[i+1]
+		if p.Name != scoring.PolicyWarmpath || p.Label != "warmpath-"+string(obj) || p.Config == nil {
+			t.Fatalf("%s: %+v", obj, p)
+		}
+		cfg := app.DefaultConfig()
+		p.Config(&cfg, 5)
+		if cfg.Scoring.Objective != obj {
+			t.Errorf("%s: objective %q", p.Label, cfg.Scoring.Objective)
+		}
+	}
+	p := WithTargets(ps[2], scoring.SLO{TTFT: 2 * time.Second, TPOT: 50 * time.Millisecond})
+	cfg := app.DefaultConfig()
+	p.Config(&cfg, 5)
+	if cfg.Scoring.Objective != scoring.ObjectiveSLO || cfg.Scoring.DefaultSLO != (scoring.SLO{TTFT: 400 * time.Millisecond, TPOT: 10 * time.Millisecond}) {
+		t.Errorf("targets at time scale 5: %+v, objective %q", cfg.Scoring.DefaultSLO, cfg.Scoring.Objective)
+	}
+	for _, n := range []string{"warmpath-fastest", "warmpath-", "fastest"} {
+		if IsPolicy(n) {
+			t.Errorf("IsPolicy(%q)", n)
+		}
 	}
 }

@@ -32,7 +32,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", "e2e/out/bench", "output directory (reports, plots, logs, results.md)")
 	only := fs.String("scenarios", "seed-shaped,llm-d-shared-prefix,skewed-hot-prefix,skewed-heavy,independent,mooncake,accuracy",
 		"comma-separated scenarios to run (also: demo, and the replicas scenarios replicas, replicas-skewed)")
-	pols := fs.String("policies", strings.Join(allPolicies, ","), "comma-separated policies (warmpath's config names, and oracle)")
+	pols := fs.String("policies", strings.Join(allPolicies, ","), "comma-separated policies (warmpath's config names, warmpath-<objective> for warmpath under the ttft, e2e or slo objective, and oracle)")
 	scale := fs.Float64("time-scale", 0, "override every scenario's simulator time scale (simulated seconds per wall second)")
 	rate := fs.Float64("rate", 0, "override the main run's arrival rate (simulated requests/s) of every scenario with constant or Poisson arrivals")
 	noSweep := fs.Bool("no-sweep", false, "skip the goodput sweeps")
@@ -58,7 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	policies := splitList(*pols)
 	for _, p := range policies {
-		if !slices.Contains(allPolicies, p) {
+		if !harness.IsPolicy(p) {
 			return fmt.Errorf("unknown policy %q (have %s)", p, strings.Join(allPolicies, ", "))
 		}
 	}
@@ -168,7 +168,7 @@ func runScenario(ctx context.Context, sc *scenario, policies []string, dir, root
 	fmt.Fprintf(md, "\n## %s\n\n%s\n\n", sc.title, sc.about)
 	writeWorkers(md, sc)
 	if !sweepOnly {
-		results, err := harness.RunPolicies(ctx, setup, harness.Policies(policies...), sc.replay, filepath.Join(dir, "logs"), opt)
+		results, err := harness.RunPolicies(ctx, setup, sc.policies(policies...), sc.replay, filepath.Join(dir, "logs"), opt)
 		if err != nil {
 			return err
 		}
@@ -176,9 +176,7 @@ func runScenario(ctx context.Context, sc *scenario, policies []string, dir, root
 			return err
 		}
 		writeTable(md, results, sc.replay.SLO)
-		if sc.accuracyWarmup > 0 {
-			writeAccuracy(md, results, sc.accuracyWarmup)
-		}
+		writeAccuracy(md, results, sc.accuracyWarmup)
 		if err := plots(dir, results, md, sc.name); err != nil {
 			return err
 		}
@@ -404,8 +402,8 @@ func writeTable(w io.Writer, results []harness.PolicyResult, slo replay.SLO) {
 			base = &r.Report.Runs[0].Summary
 		}
 	}
-	fmt.Fprintf(w, "| policy | requests | failed | TTFT p50 | TTFT p90 | TTFT p99 | E2E p50 | E2E p90 | ITL p50 | req/min | goodput/min (`%s`) | cache hit | TTFT p50 vs random | leaked | send lag p90 | step lag |\n", slo)
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintf(w, "| policy | requests | failed | TTFT p50 | TTFT p90 | TTFT p99 | TPOT p50 | TPOT p90 | E2E p50 | E2E p90 | req/min | goodput/min (`%s`) | cache hit | TTFT p50 vs random | leaked | send lag p90 | step lag |\n", slo)
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	behind := false
 	for _, r := range results {
 		if len(r.Report.Runs) == 0 {
@@ -421,9 +419,9 @@ func writeTable(w io.Writer, results []harness.PolicyResult, slo replay.SLO) {
 			name += " †"
 			behind = true
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.1f%% | %s | %v | %s | %.0f ms |\n",
-			name, s.Requests, s.Failed, secs(s.TTFT.P50), secs(s.TTFT.P90), secs(s.TTFT.P99), secs(s.E2E.P50), secs(s.E2E.P90),
-			secs(s.ITL.P50), s.RequestsPerMinute, s.Goodput*60, s.CacheHitRate*100, vs, r.Leaked,
+		fmt.Fprintf(w, "| %s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %.1f | %.1f | %.1f%% | %s | %v | %s | %.0f ms |\n",
+			name, s.Requests, s.Failed, secs(s.TTFT.P50), secs(s.TTFT.P90), secs(s.TTFT.P99), millis(s.ITL.P50), millis(s.ITL.P90),
+			secs(s.E2E.P50), secs(s.E2E.P90), s.RequestsPerMinute, s.Goodput*60, s.CacheHitRate*100, vs, r.Leaked,
 			secs(harness.SendLag(r.Report.Runs[0], 0.9)), r.StepLag.Seconds()*1000)
 	}
 	if !behind {
@@ -454,17 +452,22 @@ func writeSweep(w io.Writer, results []harness.PolicyResult, slo replay.SLO) {
 	fmt.Fprintln(w)
 }
 
+// writeAccuracy writes each policy's prediction accuracy after warmup
+// decisions, or after the first quarter of them when warmup is 0.
 func writeAccuracy(w io.Writer, results []harness.PolicyResult, warmup int) {
-	fmt.Fprintf(w, "Prediction accuracy after %d warm-up decisions (predicted TTFT of the chosen worker against the TTFT warmpath observed; predicted cached tokens against the response's `cached_tokens`):\n\n", warmup)
-	fmt.Fprintln(w, "| policy | TTFT samples | median abs. error | p90 abs. error | median bias | cached-token samples | cached tokens exact |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	if warmup == 0 && len(results) > 0 {
+		warmup = len(results[0].Records) / 4
+	}
+	fmt.Fprintf(w, "Prediction accuracy after %d warm-up decisions (predicted TTFT and TPOT of the chosen worker against those warmpath observed; predicted cached tokens against the response's `cached_tokens`):\n\n", warmup)
+	fmt.Fprintln(w, "| policy | TTFT samples | TTFT median abs. error | TTFT p90 abs. error | TTFT median bias | TPOT samples | TPOT median abs. error | TPOT p90 abs. error | TPOT median bias | cached-token samples | cached tokens exact |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range results {
 		a := harness.MeasureAccuracy(r.Records, warmup)
 		if a.TTFTSamples == 0 && a.CachedSamples == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %d | %s |\n", r.Policy, a.TTFTSamples, pct(a.MedianAPE), pct(a.P90APE), pct(a.MedianBias),
-			a.CachedSamples, pct(a.CachedExact*100))
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %d | %s | %s | %s | %d | %s |\n", r.Policy, a.TTFTSamples, pct(a.MedianAPE), pct(a.P90APE), pct(a.MedianBias),
+			a.TPOTSamples, pct(a.TPOTMedianAPE), pct(a.TPOTP90APE), pct(a.TPOTMedianBias), a.CachedSamples, pct(a.CachedExact*100))
 	}
 	fmt.Fprintln(w)
 }
@@ -472,6 +475,7 @@ func writeAccuracy(w io.Writer, results []harness.PolicyResult, warmup int) {
 // The tables' number formats; each writes "–" for NaN or infinity.
 var (
 	secs       = formatted("%.2f s")
+	millis     = func(s float64) string { return formatted("%.0f ms")(s * 1000) }
 	signedSecs = formatted("%+.2f s")
 	pct        = formatted("%.1f%%")
 	frac       = formatted("%.3f")

@@ -12,6 +12,7 @@ import (
 	"github.com/warmpath/warmpath/e2e/harness"
 	"github.com/warmpath/warmpath/e2e/replay"
 	"github.com/warmpath/warmpath/e2e/vllmsim"
+	"github.com/warmpath/warmpath/scoring"
 )
 
 // scenario is one benchmark: workers, a workload in simulated time, and
@@ -30,15 +31,30 @@ type scenario struct {
 	// to find each one's peak goodput under replay.SLO.
 	sweep         *replay.LoadConfig
 	sweepPolicies []string
-	// accuracyWarmup > 0 reports warmpath's prediction accuracy after that
-	// many decisions.
+	// accuracyWarmup is the decisions left out of the prediction accuracy
+	// reported; 0 leaves out the first quarter.
 	accuracyWarmup int
+	// targets are the slo objective's targets for this workload's model,
+	// in simulated time (warmpath-slo runs with them).
+	targets scoring.SLO
 	// prepare writes input files (traces) into dir before the runs.
 	prepare func(s *scenario, dir string) error
 	// replicaRuns, when set, makes this a replicas scenario: instead of
 	// once per policy, the workload runs once per configuration (a policy
 	// on so many warmpath replicas, sharing ledgers or not) and round.
 	replicaRuns []replicaRun
+}
+
+// policies returns the harness policies for names, warmpath-slo with the
+// scenario's targets.
+func (s *scenario) policies(names ...string) []harness.Policy {
+	ps := harness.Policies(names...)
+	for i, n := range names {
+		if n == "warmpath-slo" {
+			ps[i] = harness.WithTargets(ps[i], s.targets)
+		}
+	}
+	return ps
 }
 
 func workers(n int, profile string, tune func(*vllmsim.EngineConfig)) []harness.WorkerSpec {
@@ -78,6 +94,10 @@ func scenarios(repoRoot string) []*scenario {
 	indep := tokenIDs(replay.WorkloadSynthetic)
 	indep.Synthetic = replay.SyntheticConfig{Requests: 200, Prompt: replay.Dist{Mean: 1024, Stdev: 512, Min: 64, Max: 4096},
 		Output: replay.Dist{Mean: 256, Stdev: 128, Min: 16, Max: 512}}
+
+	hetero := tokenIDs(replay.WorkloadSynthetic)
+	hetero.Synthetic = replay.SyntheticConfig{Requests: 240, Prompt: replay.Dist{Mean: 3000, Stdev: 800, Min: 1500, Max: 5000},
+		Output: replay.Dist{Mean: 192, Stdev: 64, Min: 64, Max: 320}}
 
 	mooncake := tokenIDs(replay.WorkloadMooncake)
 	mooncake.Trace = replay.TraceConfig{Path: filepath.Join(repoRoot, "e2e/replay/testdata/mooncake-synthetic-head100.jsonl"),
@@ -143,6 +163,32 @@ func scenarios(repoRoot string) []*scenario {
 			timeScale: 10,
 			replay: replay.Config{Seed: 11, Workload: indep, SLO: mustSLO("ttft:p90<=8s"),
 				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 1}},
+		},
+		{
+			name: "heterogeneous",
+			title: "Heterogeneous pool, independent prompts, closed loop: 4 workers that prefill at different speeds and " +
+				"budgets and decode alike",
+			about: "The pool where the lowest TTFT is not the fastest response. Four `l40s-27b-fp8` workers that decode alike " +
+				"(35 ms steps, 0.15 ms per sequence) and prefill differently, none of it told to warmpath: `w0-fast` prefills " +
+				"twice as fast (0.15 ms/token) in chunks of 4,096 tokens; `w1` is the profile (0.3 ms/token, budget 2,048); " +
+				"`w2-small` has a budget of 512; `w3-slow` prefills at half speed (0.6 ms/token) with a budget of 1,024. " +
+				"240 independent prompts (3,000 ± 800 tokens, 1,500–5,000) with 192 ± 64 output tokens (64–320), from 16 " +
+				"clients that each send the next request when the last one ends. A worker that takes every prompt because " +
+				"it prefills fastest runs a prefill chunk in most of its steps, and every sequence decoding there waits for it.",
+			workers: []harness.WorkerSpec{
+				{Name: "w0-fast", Profile: "l40s-27b-fp8", Tune: func(e *vllmsim.EngineConfig) {
+					e.Step.PrefillPerToken, e.MaxNumBatchedTokens = 150*time.Microsecond, 4096
+				}},
+				{Name: "w1", Profile: "l40s-27b-fp8"},
+				{Name: "w2-small", Profile: "l40s-27b-fp8", Tune: func(e *vllmsim.EngineConfig) { e.MaxNumBatchedTokens = 512 }},
+				{Name: "w3-slow", Profile: "l40s-27b-fp8", Tune: func(e *vllmsim.EngineConfig) {
+					e.Step.PrefillPerToken, e.MaxNumBatchedTokens = 600*time.Microsecond, 1024
+				}},
+			},
+			timeScale: 5,
+			replay: replay.Config{Seed: 13, Workload: hetero, SLO: mustSLO("e2e:p90<=20s"),
+				Load: replay.LoadConfig{Kind: replay.LoadConcurrent, Concurrency: 16}},
+			targets: scoring.SLO{TTFT: 3 * time.Second, TPOT: 60 * time.Millisecond},
 		},
 		{
 			name:  "mooncake",
