@@ -30,7 +30,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("out", "e2e/out/bench", "output directory (reports, plots, logs, results.md)")
-	only := fs.String("scenarios", "seed-shaped,llm-d-shared-prefix,skewed-hot-prefix,skewed-heavy,independent,mooncake,accuracy",
+	only := fs.String("scenarios", "seed-shaped,llm-d-shared-prefix,skewed-hot-prefix,skewed-heavy,independent,heterogeneous,mooncake,accuracy",
 		"comma-separated scenarios to run (also: demo, and the replicas scenarios replicas, replicas-skewed)")
 	pols := fs.String("policies", strings.Join(allPolicies, ","), "comma-separated policies (warmpath's config names, warmpath-<objective> for warmpath under the ttft, e2e or slo objective, and oracle)")
 	scale := fs.Float64("time-scale", 0, "override every scenario's simulator time scale (simulated seconds per wall second)")

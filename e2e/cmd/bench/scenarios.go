@@ -134,6 +134,7 @@ func scenarios(repoRoot string) []*scenario {
 				MaxDuration: replay.Duration(time.Minute), MinSessions: 80,
 				Rates: []float64{0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 1.0, 1.5, 2.0, 3.0, 4.0}},
 			sweepPolicies: []string{"warmpath", "random"},
+			targets:       scoring.SLO{TTFT: 2 * time.Second, TPOT: 60 * time.Millisecond},
 		},
 		{
 			name:  "llm-d-shared-prefix",
@@ -146,6 +147,7 @@ func scenarios(repoRoot string) []*scenario {
 			timeScale: 5,
 			replay: replay.Config{Seed: 7, Workload: llmd, SLO: mustSLO("ttft:p90<=2s"),
 				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 3}},
+			targets: scoring.SLO{TTFT: time.Second, TPOT: 30 * time.Millisecond},
 		},
 		skewed("skewed-hot-prefix", "Skewed: one hot 8K-token prefix on 80% of requests, 3 L40S-like workers",
 			"A generated Mooncake-format trace (seeded; written next to the results): 240 requests, Poisson at 2 "+
@@ -163,6 +165,7 @@ func scenarios(repoRoot string) []*scenario {
 			timeScale: 10,
 			replay: replay.Config{Seed: 11, Workload: indep, SLO: mustSLO("ttft:p90<=8s"),
 				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 1}},
+			targets: scoring.SLO{TTFT: time.Second, TPOT: 60 * time.Millisecond},
 		},
 		{
 			name: "heterogeneous",
@@ -200,6 +203,7 @@ func scenarios(repoRoot string) []*scenario {
 			timeScale: 2,
 			replay: replay.Config{Seed: 1, Workload: mooncake, SLO: mustSLO("ttft:p90<=8s"),
 				Load: replay.LoadConfig{Kind: replay.LoadTrace, TimeScale: 1}},
+			targets: scoring.SLO{TTFT: 2 * time.Second, TPOT: 30 * time.Millisecond},
 		},
 		{
 			name:  "accuracy",
@@ -223,6 +227,7 @@ func scenarios(repoRoot string) []*scenario {
 			timeScale: 2,
 			replay: replay.Config{Seed: 5, Workload: accuracy, SLO: mustSLO("ttft:p90<=8s"),
 				Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 1.5}},
+			targets:        scoring.SLO{TTFT: time.Second, TPOT: 60 * time.Millisecond},
 			accuracyWarmup: 200,
 		},
 		{
@@ -265,6 +270,7 @@ func scenarios(repoRoot string) []*scenario {
 					Question: replay.Dist{Mean: 256}, Output: replay.Dist{Mean: 64}}
 				return w
 			}(), SLO: mustSLO("ttft:p90<=8s"), Load: replay.LoadConfig{Kind: replay.LoadPoisson, Rate: 0.5}},
+			targets: scoring.SLO{TTFT: 2 * time.Second, TPOT: 60 * time.Millisecond},
 		},
 	}
 }
@@ -297,6 +303,7 @@ func skewed(name, title, about string, workload replay.WorkloadConfig, rate floa
 		timeScale: 10,
 		replay: replay.Config{Seed: seed, Workload: workload, SLO: mustSLO("ttft:p90<=8s"),
 			Load: replay.LoadConfig{Kind: replay.LoadTrace, TimeScale: 1}},
+		targets: scoring.SLO{TTFT: 2 * time.Second, TPOT: 100 * time.Millisecond},
 		prepare: func(s *scenario, dir string) error {
 			p := filepath.Join(dir, "skewed-trace.jsonl")
 			s.replay.Workload.Trace.Path = p
