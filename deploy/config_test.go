@@ -71,6 +71,7 @@ func TestExampleConfigSpellsOutDefaults(t *testing.T) {
 		{"extproc", cfg.ExtProc, def.ExtProc},
 		{"discovery", cfg.Discovery, def.Discovery},
 		{"kvindex", cfg.KVIndex, def.KVIndex},
+		{"scoring", cfg.Scoring, def.Scoring},
 		{"log", cfg.Log, def.Log},
 		{"telemetry", cfg.Telemetry, def.Telemetry},
 		{"tenant", cfg.Tenant, def.Tenant},

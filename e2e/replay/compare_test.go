@@ -107,8 +107,8 @@ func TestWritePlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(paths) != 4 {
-		t.Fatalf("paths %v", paths)
+	if len(paths) != 6 {
+		t.Fatalf("paths %v, want the TTFT CDF, the E2E CDF and goodput, each in SVG and PNG", paths)
 	}
 	for _, p := range paths {
 		b, err := os.ReadFile(p)

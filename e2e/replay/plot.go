@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -15,18 +16,23 @@ import (
 // Plot file base names written by WritePlots, each as .svg and .png.
 const (
 	PlotTTFTCDF = "ttft-cdf"
+	PlotE2ECDF  = "e2e-cdf"
 	PlotGoodput = "goodput-vs-load"
 )
 
-// WritePlots draws c into dir (created if missing): the TTFT CDF of each
-// label (of each label and run when a report has several runs) and goodput
-// versus offered load per label, each as SVG and PNG. It returns the paths
-// written.
+// WritePlots draws c into dir (created if missing): the TTFT and the
+// end-to-end latency CDFs of each label (of each label and run when a
+// report has several runs) and goodput versus offered load per label, each
+// as SVG and PNG. It returns the paths written.
 func WritePlots(dir string, c *Comparison) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("write plots: %w", err)
 	}
-	cdf, err := ttftCDFPlot(c)
+	cdf, err := cdfPlot(c, "Time to first token, CDF", "TTFT (s)", func(r *Result) time.Duration { return r.TTFT })
+	if err != nil {
+		return nil, err
+	}
+	e2e, err := cdfPlot(c, "End-to-end latency, CDF", "E2E (s)", func(r *Result) time.Duration { return r.E2E })
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +44,7 @@ func WritePlots(dir string, c *Comparison) ([]string, error) {
 	for _, p := range []struct {
 		name string
 		plot *plot.Plot
-	}{{PlotTTFTCDF, cdf}, {PlotGoodput, good}} {
+	}{{PlotTTFTCDF, cdf}, {PlotE2ECDF, e2e}, {PlotGoodput, good}} {
 		for _, ext := range []string{".svg", ".png"} {
 			path := filepath.Join(dir, p.name+ext)
 			if err := p.plot.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
@@ -50,11 +56,12 @@ func WritePlots(dir string, c *Comparison) ([]string, error) {
 	return paths, nil
 }
 
-// ttftCDFPlot draws the empirical CDF of TTFT of successful requests.
-func ttftCDFPlot(c *Comparison) (*plot.Plot, error) {
+// cdfPlot draws the empirical CDF of one latency (value) of successful
+// requests.
+func cdfPlot(c *Comparison, title, xlabel string, value func(*Result) time.Duration) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = "Time to first token, CDF"
-	p.X.Label.Text = "TTFT (s)"
+	p.Title.Text = title
+	p.X.Label.Text = xlabel
 	p.Y.Label.Text = "fraction of requests"
 	p.Y.Min, p.Y.Max = 0, 1
 	p.X.Min = 0
@@ -65,25 +72,25 @@ func ttftCDFPlot(c *Comparison) (*plot.Plot, error) {
 	for _, label := range c.Labels {
 		rep := c.Reports[label]
 		for _, run := range rep.Runs {
-			var ttft []float64
+			var vals []float64
 			for i := range run.Requests {
 				if run.Requests[i].OK() {
-					ttft = append(ttft, run.Requests[i].TTFT.Seconds())
+					vals = append(vals, value(&run.Requests[i]).Seconds())
 				}
 			}
-			if len(ttft) == 0 {
+			if len(vals) == 0 {
 				continue
 			}
 			name := label
 			if len(rep.Runs) > 1 {
 				name = label + " " + run.Name
 			}
-			lines = append(lines, name, cdfPoints(ttft))
+			lines = append(lines, name, cdfPoints(vals))
 		}
 	}
 	if len(lines) > 0 {
 		if err := plotutil.AddLines(p, lines...); err != nil {
-			return nil, fmt.Errorf("plot ttft cdf: %w", err)
+			return nil, fmt.Errorf("plot %s: %w", title, err)
 		}
 	}
 	return p, nil

@@ -38,6 +38,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	noSweep := fs.Bool("no-sweep", false, "skip the goodput sweeps")
 	sweepOnly := fs.Bool("sweep-only", false, "run only the goodput sweeps (of the scenarios that have one)")
 	publish := fs.String("publish", "", "also copy results.md and the SVG plots into this directory")
+	again := fs.Bool("replot", false, "run nothing: draw the plots of the chosen scenarios again from the reports under -out (and publish them with -publish)")
 	rounds := fs.Int("rounds", 2, "rounds of every configuration in the replicas scenarios (round r replays seed + r − 1)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: bench [flags]\n\nRuns the routing benchmark scenarios once per policy through real Envoy and writes reports, plots and Markdown tables.\n\nFlags:\n")
@@ -70,6 +71,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("unknown scenario %q", name)
 		}
 		chosen = append(chosen, all[i])
+	}
+	if *again {
+		if err := replot(*out, chosen); err != nil {
+			return err
+		}
+		if *publish != "" {
+			return publishPlots(*out, *publish, chosen)
+		}
+		return nil
 	}
 	envoyBin, err := harness.FindEnvoy(root)
 	if err != nil {
@@ -303,11 +313,21 @@ func plots(dir string, results []harness.PolicyResult, md io.Writer, rel string)
 	if _, err := replay.WritePlots(dir, cmp); err != nil {
 		return err
 	}
-	name := replay.PlotTTFTCDF
+	names := []string{replay.PlotTTFTCDF, replay.PlotE2ECDF, plotTradeoffName}
 	if strings.HasSuffix(rel, "/sweep") {
-		name = replay.PlotGoodput
+		names = []string{replay.PlotGoodput}
+	} else {
+		labels := make([]string, len(results))
+		for i, r := range results {
+			labels[i] = r.Policy
+		}
+		if err := plotTradeoff(dir, rel, tradeoffPoints(labels, reports)); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintf(md, "\n![%s](%s)\n", rel+" "+name, "e2e/cmd/bench/results/"+strings.ReplaceAll(rel, "/", "-")+"-"+name+".svg")
+	for _, name := range names {
+		fmt.Fprintf(md, "\n![%s](%s)\n", rel+" "+name, "e2e/cmd/bench/results/"+strings.ReplaceAll(rel, "/", "-")+"-"+name+".svg")
+	}
 	return nil
 }
 
@@ -317,22 +337,21 @@ func publishResults(out, dst string, chosen []*scenario) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
-	copyFile := func(from, to string) error {
-		b, err := os.ReadFile(from)
-		if err != nil {
-			return fmt.Errorf("publish: %w", err)
-		}
-		if err := os.WriteFile(to, b, 0o644); err != nil {
-			return fmt.Errorf("publish: %w", err)
-		}
-		return nil
-	}
 	if err := copyFile(filepath.Join(out, "results.md"), filepath.Join(dst, "results.md")); err != nil {
 		return err
 	}
+	return publishPlots(out, dst, chosen)
+}
+
+// publishPlots copies each scenario's SVG plots, renamed
+// <scenario>[-sweep]-<plot>.svg, into dst.
+func publishPlots(out, dst string, chosen []*scenario) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
 	for _, sc := range chosen {
 		for _, sub := range []string{"", "sweep"} {
-			for _, name := range []string{replay.PlotTTFTCDF, replay.PlotGoodput, plotReplicaQuality} {
+			for _, name := range []string{replay.PlotTTFTCDF, replay.PlotE2ECDF, plotTradeoffName, replay.PlotGoodput, plotReplicaQuality} {
 				src := filepath.Join(out, sc.name, sub, name+".svg")
 				if _, err := os.Stat(src); err != nil {
 					continue
@@ -346,6 +365,17 @@ func publishResults(out, dst string, chosen []*scenario) error {
 				}
 			}
 		}
+	}
+	return nil
+}
+
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		return fmt.Errorf("publish: %w", err)
 	}
 	return nil
 }

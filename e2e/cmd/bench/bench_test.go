@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"math"
 	"os"
@@ -176,5 +177,28 @@ func TestWriteRecordsInfiniteScore(t *testing.T) {
 	}
 	if got.Chosen.Score == nil || *got.Chosen.Score != 2 || len(got.Candidates) != 1 || got.Candidates[0].Score != nil || got.Candidates[0].Worker != "w0" {
 		t.Errorf("decoded %s", b)
+	}
+}
+
+func TestTradeoffPlot(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rep := func(ttft, e2e float64) *replay.Report {
+		return &replay.Report{Runs: []replay.RunReport{{Summary: replay.Summary{TTFT: replay.Stats{P50: ttft}, E2E: replay.Stats{P50: e2e}}}}}
+	}
+	reports := map[string]*replay.Report{"warmpath": rep(0.9, 10), "warmpath-ttft": rep(0.6, 14), "least-request": rep(1.1, 11)}
+	pts := tradeoffPoints([]string{"warmpath", "warmpath-ttft", "missing", "least-request"}, reports)
+	if len(pts) != 3 || pts[1] != (tradeoffPoint{"warmpath-ttft", 0.6, 14}) {
+		t.Fatalf("points %+v", pts)
+	}
+	if err := plotTradeoff(dir, "s", pts); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, plotTradeoffName+".svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte("warmpath-ttft")) || !bytes.Contains(b, []byte("least-request")) {
+		t.Error("the plot does not name its policies")
 	}
 }
