@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -45,6 +46,11 @@ func (l fixedLoad) Load(worker string) (discovery.EngineLoad, bool) {
 // (release and calibration), with 64 assignments in flight. The clock
 // advances 1 ms per decision and the scrape is renewed every second, as a
 // pool at 1,000 requests/s would see it.
+// benchObjective runs the decision benchmark under another objective than
+// the default: the objectives' decisions differ, and with them what the
+// index holds, so comparing their cost needs the same one.
+var benchObjective = flag.String("objective", "", "scoring.objective of the decision benchmark (default: the default)")
+
 func BenchmarkDecisionRealIndex(b *testing.B) {
 	ws := make([]discovery.Worker, 16)
 	load := fixedLoad{reports: map[string]discovery.EngineLoad{}, at: new(time.Time)}
@@ -90,7 +96,11 @@ func BenchmarkDecisionRealIndex(b *testing.B) {
 	*load.at = clock.Now()
 	newRouter := func(ix *kvindex.Index, src scoring.Sources, opts ...scoring.Option) *scoring.Router {
 		src.Index, src.Load = ix, load
-		r, err := scoring.New(scoring.PolicyWarmpath, scoring.DefaultConfig(), src,
+		cfg := scoring.DefaultConfig()
+		if *benchObjective != "" {
+			cfg.Objective = scoring.Objective(*benchObjective)
+		}
+		r, err := scoring.New(scoring.PolicyWarmpath, cfg, src,
 			component.Options{Registerer: prometheus.NewRegistry(), Clock: clock.Now}, opts...)
 		if err != nil {
 			b.Fatal(err)
@@ -99,7 +109,9 @@ func BenchmarkDecisionRealIndex(b *testing.B) {
 	}
 	ctx := context.Background()
 	i := 0
-	// picker returns one decision on r and the end of the one 64 before it.
+	// picker returns one decision on r, its first token, and the end of
+	// the one 64 before it, as the ext_proc layer reports them: the end
+	// calibrates both the TTFT and the decode model.
 	picker := func(r *scoring.Router) func() {
 		ring := make([]*scoring.Decision, 64)
 		pick := func() {
@@ -107,6 +119,7 @@ func BenchmarkDecisionRealIndex(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			r.FirstToken(d)
 			slot := i % len(ring)
 			if old := ring[slot]; old != nil {
 				r.Done(old, scoring.Outcome{End: scoring.EndCompleted, TTFT: old.Chosen.PredictedTTFT * 11 / 10,
