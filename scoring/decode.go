@@ -28,9 +28,16 @@ type decodeMeter struct {
 	ctx  float64
 	sum  meterReading
 	// routed is the uncached tokens routed to the worker, each decayed by
-	// exp(−age/RateWindow) since; routedAt is when it was last decayed.
-	routed   float64
-	routedAt time.Time
+	// exp(−age/RateWindow) since; routedAt is when it was last decayed,
+	// firstRouted when the first was counted.
+	routed                float64
+	routedAt, firstRouted time.Time
+	// mean is the requests running on the worker (decoding or queued
+	// ahead) as decisions found them, and meanCtx their context tokens,
+	// each averaged over RateWindow; meanAt is when they were last
+	// sampled.
+	mean, meanCtx float64
+	meanAt        time.Time
 }
 
 // meterReading is a decodeMeter's running totals at one time.
@@ -100,13 +107,45 @@ func (m *decodeMeter) decay(now time.Time, window time.Duration) {
 // route counts uncached tokens routed to the worker at now.
 func (m *decodeMeter) route(uncached float64, now time.Time, window time.Duration) {
 	m.decay(now, window)
+	if m.firstRouted.IsZero() {
+		m.firstRouted = now
+	}
 	m.routed += uncached
 }
 
 // rate returns the prefill tokens per second routed to the worker lately.
+// Until a window has passed since the first routing, the decayed sum
+// holds less than a window's worth: it is divided by the time it covers,
+// W·(1 − e^(−t/W)), not by W (nor by less than a tenth of W, which a
+// single routing would make any rate), so the first seconds' rate is not
+// read low.
 func (m *decodeMeter) rate(now time.Time, window time.Duration) float64 {
 	m.decay(now, window)
-	return m.routed / window.Seconds()
+	if m.firstRouted.IsZero() {
+		return 0
+	}
+	w := window.Seconds()
+	covered := w * -math.Expm1(-max(now.Sub(m.firstRouted).Seconds(), 0)/w)
+	return m.routed / max(covered, w/10)
+}
+
+// sample counts the running requests and their context tokens a
+// decision found at now in the worker's means, and returns them: a
+// time-weighted average of the values the decisions saw, each holding
+// until the next.
+func (m *decodeMeter) sample(running, ctx float64, now time.Time, window time.Duration) (float64, float64) {
+	switch {
+	case m.meanAt.IsZero():
+		m.mean, m.meanCtx = running, ctx
+	case now.After(m.meanAt):
+		k := math.Exp(-now.Sub(m.meanAt).Seconds() / window.Seconds())
+		m.mean = running + (m.mean-running)*k
+		m.meanCtx = ctx + (m.meanCtx-ctx)*k
+	default:
+		return m.mean, m.meanCtx
+	}
+	m.meanAt = now
+	return m.mean, m.meanCtx
 }
 
 // decodeLoad is what the decode model needs to know about one request on
@@ -115,6 +154,9 @@ type decodeLoad struct {
 	// batch is the sequences decoding in the request's steps, itself
 	// included; ctx the context tokens they read per step.
 	batch, ctx float64
+	// others is the sequences decoding there now besides the request:
+	// those its prefill delays.
+	others float64
 	// rate is the prefill tokens per second the worker's steps carry
 	// besides; budget its token budget per step.
 	rate, budget float64
@@ -132,9 +174,9 @@ type decodeLoad struct {
 // share PrefillPerToken × λ of the worker's time, during which no token is
 // decoded: TPOT = step / (1 − share), never more than a step that also
 // prefills a full chunk, which is what every step is once prefill arrives
-// faster than the worker computes it (share ≥ 1). The others (batch − 1 of them) each wait for the
-// request's prefill and, in every one of its decode steps, for its
-// sequence.
+// faster than the worker computes it (share ≥ 1). The others decoding now
+// wait for the request's prefill; the batch − 1 it decodes with wait, in
+// every one of its decode steps, for its sequence.
 func predictDecode(m StepModel, l decodeLoad) (tpot, slowdown float64) {
 	step := m.StepOverhead + m.DecodePerSeq*l.batch + m.ContextPerToken*l.ctx
 	share := m.PrefillPerToken * l.rate
@@ -143,10 +185,9 @@ func predictDecode(m StepModel, l decodeLoad) (tpot, slowdown float64) {
 	if share < 1 {
 		tpot = min(step/(1-share), full)
 	}
-	others := max(l.batch-1, 0)
 	steps := max(l.out-1, 0)
 	own := m.DecodePerSeq + m.ContextPerToken*(l.prompt+l.out/2)
-	slowdown = others * (m.PrefillPerToken*l.uncached + steps*own)
+	slowdown = max(l.others, 0)*m.PrefillPerToken*l.uncached + max(l.batch-1, 0)*steps*own
 	return max(tpot, 0), max(slowdown, 0)
 }
 

@@ -26,15 +26,16 @@ func TestPredictDecode(t *testing.T) {
 			// step 0.010 + 4×200µs + 8000×10ns = 0.01088; prefill takes
 			// 100 µs × 2000 tokens/s = 20% of the time.
 			name: "prefill routed to the worker stretches every token",
-			l:    decodeLoad{batch: 4, ctx: 8000, rate: 2000, budget: 8192, prompt: 1000, uncached: 500, out: 101},
+			l:    decodeLoad{batch: 4, ctx: 8000, others: 2, rate: 2000, budget: 8192, prompt: 1000, uncached: 500, out: 101},
 			tpot: 0.01088 / 0.8,
-			// three others wait for 500 tokens of prefill and share 100
-			// steps with a sequence of 1000 + 50.5 context tokens.
-			slowdown: 3 * (100e-6*500 + 100*(200e-6+10e-9*1050.5)),
+			// two decoding now wait for 500 tokens of prefill; three on
+			// average share 100 steps with a sequence of 1000 + 50.5
+			// context tokens.
+			slowdown: 2*100e-6*500 + 3*100*(200e-6+10e-9*1050.5),
 		},
 		{
 			name: "a saturated worker's token is one full chunk step",
-			l:    decodeLoad{batch: 2, ctx: 0, rate: 1e6, budget: 1024, prompt: 10, uncached: 0, out: 2},
+			l:    decodeLoad{batch: 2, ctx: 0, others: 1, rate: 1e6, budget: 1024, prompt: 10, uncached: 0, out: 2},
 			tpot: 0.010 + 2*200e-6 + 100e-6*1022,
 			// one other, one decode step of the request's own.
 			slowdown: 200e-6 + 10e-9*11,
@@ -99,14 +100,28 @@ func TestRoutedRateDecays(t *testing.T) {
 		m.route(1000, t0.Add(time.Duration(i)*100*time.Millisecond), w) // 10 000 tokens/s
 	}
 	now := t0.Add(10 * time.Second)
-	// A sum decayed over the window of a steady 10k tokens/s tends to
-	// 10k/s × (1 − e^-1) after one window.
+	// A steady 10k tokens/s reads as 10k/s after one window, not as the
+	// 10k × (1 − e^-1) the decayed sum holds.
 	r0 := m.rate(now, w)
-	if !near(r0, 10000*(1-math.Exp(-1)), 0.06) {
+	if !near(r0, 10000, 0.06) {
 		t.Errorf("rate %v after one window of 10k tokens/s", r0)
 	}
-	if r := m.rate(now.Add(time.Minute), w); !near(r, r0*math.Exp(-6), 1e-9) {
-		t.Errorf("rate %v a minute later, want e^-6 of %v", r, r0)
+	// With nothing routed since, the sum decays while the time it covers
+	// hardly grows: a minute later about e^-6 of it is left.
+	if r := m.rate(now.Add(time.Minute), w); !near(r, r0*math.Exp(-6)*(1-math.Exp(-1))/(1-math.Exp(-7)), 1e-6) {
+		t.Errorf("rate %v a minute later, want about e^-6 of %v", r, r0)
+	}
+	// Half a window in, the rate is already the rate.
+	var h decodeMeter
+	for i := range 50 {
+		h.route(1000, t0.Add(time.Duration(i)*100*time.Millisecond), w)
+	}
+	if r := h.rate(t0.Add(5*time.Second), w); !near(r, 10000, 0.06) {
+		t.Errorf("rate %v half a window into 10k tokens/s", r)
+	}
+	var none decodeMeter
+	if r := none.rate(now, w); r != 0 {
+		t.Errorf("rate %v with nothing ever routed", r)
 	}
 }
 
@@ -186,5 +201,68 @@ func TestDecodeCalibration(t *testing.T) {
 	m := g.r.learn.worker("w0").dec.model()
 	if !near(m.StepOverhead, truth.StepOverhead, 0.25) {
 		t.Errorf("learned decode step %v, truth %v", m.StepOverhead, truth.StepOverhead)
+	}
+}
+
+// TestDecodeMeterSample checks the running average decisions keep: the
+// first sample is the mean, later ones pull it by 1 − e^(−Δt/window).
+func TestDecodeMeterSample(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	var m decodeMeter
+	if b, c := m.sample(4, 4000, t0, 10*time.Second); b != 4 || c != 4000 {
+		t.Fatalf("first sample: %v, %v; want 4, 4000", b, c)
+	}
+	b, c := m.sample(0, 0, t0.Add(10*time.Second), 10*time.Second)
+	if want := 4 * math.Exp(-1); !near(b, want, 1e-12) || !near(c, 1000*want, 1e-12) {
+		t.Errorf("after one window at 0: %v, %v; want %v, %v", b, c, want, 1000*want)
+	}
+	// A sample stamped no later than the last changes nothing.
+	if b2, c2 := m.sample(100, 1e6, t0, 10*time.Second); b2 != b || c2 != c {
+		t.Errorf("a sample in the past moved the mean: %v, %v", b2, c2)
+	}
+}
+
+// TestSeedDecode checks that the first decode measurement of a pool
+// starts every worker not yet measured from the measured ones' model, so
+// the first picks do not compare a measured worker against the prior.
+func TestSeedDecode(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	l := newLearner(&cfg)
+	now := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	for _, w := range []string{"a", "b", "c"} {
+		l.worker(w)
+	}
+	a := l.worker("a")
+	a.lastOutcome = now
+	m := cfg.Prior
+	// a's decode steps take three times the prior's.
+	for range 20 {
+		x := decodeFeatures(100, 0, 4, 4000)
+		y := 3 * (100*(m.StepOverhead+4*m.DecodePerSeq) + 100*4000*m.ContextPerToken)
+		a.dec.observe(x, y, &cfg)
+	}
+	l.seedDecode(now)
+	want := a.dec.model()
+	for _, w := range []string{"b", "c"} {
+		if got := l.worker(w).dec.model(); got != want {
+			t.Errorf("%s's decode model %+v, want the measured one %+v", w, got, want)
+		}
+	}
+	if !l.unmeasured {
+		t.Error("seeded workers count as measured: they would stop following the pool")
+	}
+	// A worker measured since keeps its own model when another appears.
+	b := l.worker("b")
+	b.dec.observe(decodeFeatures(100, 0, 1, 100), 0.5, &cfg)
+	own := b.dec.model()
+	l.worker("d")
+	l.seedDecode(now)
+	if b.dec.model() != own {
+		t.Error("seeding moved a measured worker's model")
+	}
+	if l.worker("d").dec.model() == cfg.Prior {
+		t.Error("a worker added later still decodes at the prior")
 	}
 }

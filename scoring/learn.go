@@ -18,6 +18,9 @@ type learner struct {
 	cfg     *Config
 	workers map[string]*workerModel
 	outputs map[string]*outputs
+	// unmeasured is set while some worker's decode model has had no
+	// measurement (see seedDecode).
+	unmeasured bool
 }
 
 // workerModel is what the learner knows of one worker.
@@ -56,6 +59,7 @@ func (l *learner) worker(name string) *workerModel {
 			typ: typical{uncached: float64(l.cfg.DefaultUncached), prompt: float64(l.cfg.DefaultUncached)},
 		}
 		l.workers[name] = w
+		l.unmeasured = true
 	}
 	return w
 }
@@ -144,6 +148,9 @@ func (l *learner) learn(a *assignment, o Outcome, now time.Time) learned {
 	}
 	res.model = st.cal.model()
 	res.decoded = l.learnDecode(st, a, o)
+	if res.decoded && l.unmeasured {
+		l.seedDecode(now)
+	}
 	res.decodeModel = st.dec.model()
 	st.typ.uncached += alpha * (w.uncached() - st.typ.uncached)
 	st.typ.prompt += alpha * (w.prompt - st.typ.prompt)
@@ -184,6 +191,28 @@ func (l *learner) learnDecode(st *workerModel, a *assignment, o Outcome) bool {
 	prefilled := max(a.decodeTo.prefilled-a.decodeFrom.prefilled, 0)
 	st.dec.observe(decodeFeatures(steps, prefilled, batch, ctx), span, l.cfg)
 	return true
+}
+
+// seedDecode starts the decode model of every worker not yet measured
+// from the typical one of those that are. Decode is measured only after a
+// whole response, so the first workers measured would otherwise be
+// compared, for a while, against the others' prior: a prior that
+// underestimates the pool makes every worker not yet measured look faster
+// than the ones that are, and the first picks after warm-up leave the
+// cache for them. Until measured itself, a worker follows the typical
+// model as it changes.
+func (l *learner) seedDecode(now time.Time) {
+	centre, ok := l.typicalTheta(now, func(m *workerModel) *calibrator { return m.dec })
+	if !ok {
+		return
+	}
+	l.unmeasured = false
+	for _, st := range l.workers {
+		if st.dec.n == 0 {
+			st.dec.restart(centre)
+			l.unmeasured = true
+		}
+	}
 }
 
 // relaxIdle restarts, from the typical model of the workers with recent

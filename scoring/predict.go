@@ -89,9 +89,16 @@ func (p *predictor) predict(r *Router, req *Request, d *Decision, ws Workers, f 
 		if typOut <= 0 {
 			typOut = out
 		}
+		// A response decodes for longer than the batch of this instant
+		// lasts: it starts with the sequences running now and, as they
+		// end, shares its steps with the worker's usual batch instead.
+		// The midpoint of the two is what it sees on average.
+		ctx := l.decodeCtx + l.aheadCtx + others*typOut/2
+		mean, meanCtx := p.ledgers[i].meter.sample(others, ctx, now, r.cfg.RateWindow)
 		tpot, slow := predictDecode(p.models[i].dec.model(), decodeLoad{
-			batch:    others + 1,
-			ctx:      l.decodeCtx + l.aheadCtx + w.prompt + others*typOut/2 + out/2,
+			batch:    (others+mean)/2 + 1,
+			ctx:      (ctx+meanCtx)/2 + w.prompt + out/2,
+			others:   others,
 			rate:     p.ledgers[i].meter.rate(now, r.cfg.RateWindow),
 			budget:   w.budget,
 			prompt:   w.prompt,
