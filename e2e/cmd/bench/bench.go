@@ -487,6 +487,10 @@ func formatted(format string) func(float64) string {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return "–"
 		}
-		return fmt.Sprintf(format, v)
+		s := fmt.Sprintf(format, v)
+		if s == fmt.Sprintf(format, math.Copysign(0, -1)) {
+			return fmt.Sprintf(format, 0.0) // a value that rounds to zero has no sign
+		}
+		return s
 	}
 }
