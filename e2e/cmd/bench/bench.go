@@ -123,12 +123,13 @@ func splitList(s string) []string {
 }
 
 // override applies the -time-scale and -rate flags (when > 0) to the
-// chosen scenarios. The rate replaces the main run's rate where arrivals
-// are constant or Poisson, and the scenario's description says so.
+// chosen scenarios, and each scenario's description says so. The rate
+// replaces the main run's rate where arrivals are constant or Poisson.
 func override(chosen []*scenario, scale, rate float64) {
 	for _, sc := range chosen {
 		if scale > 0 {
 			sc.timeScale = scale
+			sc.about += fmt.Sprintf(" This run overrides the time scale: %g.", scale)
 		}
 		if k := sc.replay.Load.Kind; rate > 0 && (k == replay.LoadConstant || k == replay.LoadPoisson) {
 			sc.replay.Load.Rate = rate
