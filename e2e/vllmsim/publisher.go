@@ -81,6 +81,10 @@ func newPublisher(cfg KVEventsConfig, rank int, opts publisherOptions, log *slog
 		}
 		p.router = goczmq.NewSock(goczmq.Router)
 		p.router.SetLinger(0)
+		// A receive the poll announced can still block: a benchmark with
+		// several subscribers per publisher hung in it at shutdown, with
+		// the run loop never seeing ctx end. Give up on it instead.
+		p.router.SetRcvtimeo(100)
 		if p.replayEndpoint, err = attach(p.router, rep, true); err != nil {
 			p.close()
 			return nil, fmt.Errorf("kv events replay: %w", err)

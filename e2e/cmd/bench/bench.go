@@ -133,12 +133,13 @@ func splitList(s string) []string {
 }
 
 // override applies the -time-scale and -rate flags (when > 0) to the
-// chosen scenarios. The rate replaces the main run's rate where arrivals
-// are constant or Poisson, and the scenario's description says so.
+// chosen scenarios, and each scenario's description says so. The rate
+// replaces the main run's rate where arrivals are constant or Poisson.
 func override(chosen []*scenario, scale, rate float64) {
 	for _, sc := range chosen {
 		if scale > 0 {
 			sc.timeScale = scale
+			sc.about += fmt.Sprintf(" This run overrides the time scale: %g.", scale)
 		}
 		if k := sc.replay.Load.Kind; rate > 0 && (k == replay.LoadConstant || k == replay.LoadPoisson) {
 			sc.replay.Load.Rate = rate
@@ -521,6 +522,10 @@ func formatted(format string) func(float64) string {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return "–"
 		}
-		return fmt.Sprintf(format, v)
+		s := fmt.Sprintf(format, v)
+		if s == fmt.Sprintf(format, math.Copysign(0, -1)) {
+			return fmt.Sprintf(format, 0.0) // a value that rounds to zero has no sign
+		}
+		return s
 	}
 }

@@ -62,8 +62,8 @@ func TestOverride(t *testing.T) {
 	mooncake := all[slices.IndexFunc(all, func(s *scenario) bool { return s.name == "mooncake" })]
 	sweep := *seed.sweep
 	override([]*scenario{seed, mooncake}, 3, 0.55)
-	if seed.timeScale != 3 || mooncake.timeScale != 3 {
-		t.Errorf("time scales %g, %g; want 3", seed.timeScale, mooncake.timeScale)
+	if seed.timeScale != 3 || mooncake.timeScale != 3 || !strings.Contains(mooncake.about, "time scale: 3") {
+		t.Errorf("time scales %g, %g, about %q; want 3, said", seed.timeScale, mooncake.timeScale, mooncake.about)
 	}
 	if seed.replay.Load.Rate != 0.55 || !strings.Contains(seed.about, "0.55 requests/s") {
 		t.Errorf("seed-shaped rate %g, about %q; want 0.55, said", seed.replay.Load.Rate, seed.about)

@@ -97,7 +97,6 @@ func runReplicas(ctx context.Context, sc *scenario, policies []string, dir strin
 				return err
 			}
 		}
-		var results []harness.PolicyResult
 		for _, c := range runs {
 			runtime.GC()
 			debug.FreeOSMemory()
@@ -108,11 +107,11 @@ func runReplicas(ctx context.Context, sc *scenario, policies []string, dir strin
 			if err != nil {
 				return fmt.Errorf("round %d, %s: %w", round+1, c.label(), err)
 			}
-			results = append(results, *res)
+			// Each run's reports as it ends, so an interrupted round keeps them.
+			if err := writeReports(rdir, []harness.PolicyResult{*res}); err != nil {
+				return err
+			}
 			all = append(all, measureReplicas(c, round+1, *res, rsc))
-		}
-		if err := writeReports(rdir, results); err != nil {
-			return err
 		}
 		took = append(took, time.Since(started).Round(time.Second).String())
 	}

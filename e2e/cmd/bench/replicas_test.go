@@ -110,6 +110,7 @@ func TestSpread(t *testing.T) {
 		{"one", []float64{0.5}, "0.50 s"},
 		{"even count", []float64{0.4, 0.2}, "0.30 s (0.20 s–0.40 s)"},
 		{"a range of one value", []float64{0.301, 0.299}, "0.30 s"},
+		{"a negative value that rounds to zero", []float64{-0.001}, "0.00 s"},
 		{"odd count, NaN left out", []float64{0.3, math.NaN(), 0.1, 0.2}, "0.20 s (0.10 s–0.30 s)"},
 	}
 	for _, tc := range tests {
