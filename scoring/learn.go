@@ -158,13 +158,24 @@ func (l *learner) learn(a *assignment, o Outcome, now time.Time) learned {
 	return res
 }
 
+// minDecodeSteps is the fewest decode steps a response must take to
+// measure the decode model. Another request's prefill is counted in a
+// window when it ends (its first token), though its chunks ran in the
+// steps before: a window of a few steps that holds part of a long
+// prompt's chunks, or all of them and none of its end, is mostly that
+// edge, and a handful of such responses (Mooncake-like traffic: answers
+// of 2–10 tokens beside 30K-token prompts) once fitted a step overhead
+// 30 times the truth and no prefill cost. Over 16 steps and more the
+// edges are a small part of the window and even out.
+const minDecodeSteps = 16
+
 // learnDecode fits the worker's decode model to a's response: its time
 // from first token to last (o.Decode, else to the end) over its
 // CompletionTokens − 1 decode steps, against what the decode meter saw in
 // that window: the mean batch and context of the steps and the other
 // requests' prefill work done in them. A response needs a reported first
-// token and three tokens (two steps) to be a measurement. It reports
-// whether the model was fitted.
+// token and minDecodeSteps steps to be a measurement. It reports whether
+// the model was fitted.
 func (l *learner) learnDecode(st *workerModel, a *assignment, o Outcome) bool {
 	decode := o.Decode
 	if decode <= 0 {
@@ -172,7 +183,7 @@ func (l *learner) learnDecode(st *workerModel, a *assignment, o Outcome) bool {
 	}
 	seqSec := a.decodeTo.seqSec - a.decodeFrom.seqSec
 	span := decode.Seconds()
-	if !a.firstSeen || o.CompletionTokens < 3 || !(span > 0) || !(seqSec > 0) {
+	if !a.firstSeen || o.CompletionTokens-1 < minDecodeSteps || !(span > 0) || !(seqSec > 0) {
 		return false
 	}
 	steps := float64(o.CompletionTokens - 1)
