@@ -28,6 +28,11 @@ type Target struct {
 	// Notes are printed under the report's table for this target: how it
 	// was run.
 	Notes []string
+	// Why says, by case ID, why this picker fails a case where its runner
+	// knows (from the picker's source or the data plane's log); the report
+	// prints it after the failure's detail. The suite itself only sees the
+	// symptom.
+	Why map[string]string
 }
 
 func (t *Target) healthAddrs() []string {
@@ -267,6 +272,9 @@ func Markdown(w io.Writer, title string, intro []string, results ...*Result) err
 		for _, c := range r.Cases {
 			if c.Status != Pass {
 				fmt.Fprintf(&b, "\n- `%s` (%s): %s", c.Case.ID, c.Status, c.Detail)
+				if why := r.Target.Why[c.Case.ID]; why != "" && c.Status == Fail {
+					fmt.Fprintf(&b, "\n  Why: %s", why)
+				}
 			}
 		}
 		b.WriteString("\n")

@@ -53,8 +53,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	envoyBin := fs.String("envoy", "", "Envoy binary (default: $WARMPATH_ENVOY, the project's .venv, PATH)")
 	report := fs.String("report", "", "write the Markdown report here (default: stdout)")
 	only := fs.String("run", "", "run only the cases whose ID matches this regular expression")
-	planes := fs.String("data-planes", string(eppconformance.FullDuplex), "comma-separated data planes to run each picker behind: "+
+	planes := fs.String("data-planes", string(eppconformance.FullDuplex), "comma-separated data planes to run the picker of -addr and warmpath behind: "+
 		string(eppconformance.FullDuplex)+" (what the protocol requires), "+string(eppconformance.StreamedEarlyBody))
+	lweppPlanes := fs.String("lwepp-data-planes", string(eppconformance.FullDuplex)+","+string(eppconformance.StreamedEarlyBody),
+		"the data planes to run the reference picker behind (the second shows what it implements besides full-duplex streaming)")
 	timeout := fs.Duration("timeout", 30*time.Minute, "bound on the whole run, pickers' start included")
 	caseTimeout := fs.Duration("case-timeout", 2*time.Minute, "bound on each case")
 	strict := fs.Bool("strict", false, "exit 1 when a required case fails")
@@ -99,13 +101,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 	opts := eppconformance.Options{Envoy: *envoyBin, Dir: dir, Log: log, Only: filter, CaseTimeout: *caseTimeout}
 
 	var results []*eppconformance.Result
-	runOne := func(t eppconformance.Target, pool *eppconformance.Pool) error {
+	// runOne runs t behind each data plane of planes; why, when not nil,
+	// explains its failures behind each.
+	type explain func(eppconformance.DataPlane) map[string]string
+	runOne := func(t eppconformance.Target, pool *eppconformance.Pool, planes string, why explain) error {
 		opts.Pool = pool
-		for _, dp := range strings.Split(*planes, ",") {
+		for _, dp := range strings.Split(planes, ",") {
 			o, tt := opts, t
 			o.DataPlane = eppconformance.DataPlane(dp)
 			if o.DataPlane != eppconformance.FullDuplex {
 				tt.Name += ", " + dp
+			}
+			if why != nil {
+				tt.Why = why(o.DataPlane)
 			}
 			r, err := eppconformance.Run(ctx, tt, o)
 			if err != nil {
@@ -125,19 +133,23 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if *health != "" {
 			t.Health = strings.Split(*health, ",")
 		}
-		err = runOne(t, pool)
+		err = runOne(t, pool, *planes, nil)
 		pool.Close()
 		if err != nil {
 			return err
 		}
 	}
 	if *warmpathBin != "" {
-		if err := runWarmpath(ctx, *warmpathBin, dir, log, runOne); err != nil {
+		run := func(t eppconformance.Target, p *eppconformance.Pool) error { return runOne(t, p, *planes, nil) }
+		if err := runWarmpath(ctx, *warmpathBin, dir, log, run); err != nil {
 			return err
 		}
 	}
 	if *lweppBin != "" {
-		if err := runLWEPP(ctx, *lweppBin, log, runOne); err != nil {
+		run := func(t eppconformance.Target, p *eppconformance.Pool) error {
+			return runOne(t, p, *lweppPlanes, lweppWhy)
+		}
+		if err := runLWEPP(ctx, *lweppBin, log, run); err != nil {
 			return err
 		}
 	}
@@ -208,14 +220,17 @@ func runLWEPP(ctx context.Context, bin string, log io.Writer, runOne func(eppcon
 	}
 	return runOne(eppconformance.Target{Name: "reference (LWEPP " + version + ")", ExtProc: p.Fields["extproc"],
 		Health: []string{p.Fields["extproc"], p.Fields["health"]},
-		Notes: []string{"The Inference Extension's reference endpoint picker, `sigs.k8s.io/gateway-api-inference-extension` " +
+		Notes: append([]string{"The Inference Extension's reference endpoint picker, `sigs.k8s.io/gateway-api-inference-extension` " +
 			version + " from the Go module proxy, `pkg/lwepp` (its `cmd/` holds only `lwepp` at this version). Its own " +
 			"main needs a Kubernetes API server (its datastore is filled by controller-runtime reconcilers of the " +
 			"InferencePool and its Pods), so `e2e/eppconformance/lwepp`, a module of its own, fills the same datastore " +
 			"through its exported API (one pool, one Ready pod per endpoint host with the `inference.networking.k8s.io/active-ports` " +
 			"annotation) and serves the reference's unmodified `handlers.StreamingServer` on loopback, with the health " +
 			"services as the reference's `ExtProcServerRunner` wires them (the ext_proc service name on the ext_proc port, " +
-			"`inference-extension` on a separate health port). It never sheds, so reject/429-body is skipped."}}, pool)
+			"`inference-extension` on a separate health port). It never sheds, so reject/429-body is skipped. " +
+			"It is run behind the full-duplex data plane, which the protocol requires, and behind streamed-early-body " +
+			"(STREAMED both ways, the body sent without waiting for the header reply), where an empty body reply is " +
+			"allowed, to show what it implements besides full-duplex streaming. Each failure names its causes below."}, lweppCauses...)}, pool)
 }
 
 func intro(envoyBin string) []string {
