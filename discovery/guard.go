@@ -197,6 +197,7 @@ type WorkerStatus struct {
 	KVEvents         string       `json:"kv_events,omitempty"`
 	KVReplay         string       `json:"kv_replay,omitempty"`
 	DataParallelSize int          `json:"data_parallel_size"`
+	Protocol         string       `json:"protocol,omitempty"`
 	Health           WorkerHealth `json:"health"`
 	Load             *EngineLoad  `json:"load,omitempty"`
 	Problems         []Problem    `json:"problems,omitempty"`
@@ -218,7 +219,7 @@ func Status(p *Pool, s *Scraper, g *Guard) []WorkerStatus {
 	for _, w := range ws {
 		st := WorkerStatus{
 			Name: w.Name, Address: w.Address, Models: w.Models,
-			KVEvents: w.KVEvents, KVReplay: w.KVReplay, DataParallelSize: w.Ranks(),
+			KVEvents: w.KVEvents, KVReplay: w.KVReplay, DataParallelSize: w.Ranks(), Protocol: w.Protocol,
 		}
 		st.Health, _ = p.Health(w.Name)
 		if l, ok := loads[w.Name]; ok {

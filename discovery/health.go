@@ -221,7 +221,7 @@ func (p *Pool) CheckNow(ctx context.Context) {
 	var wg sync.WaitGroup
 	for i, w := range s.workers {
 		wg.Go(func() {
-			err := p.check(ctx, w.Address)
+			err := p.check(ctx, clientFor(&w, p.client, p.h2c), w.Address)
 			if ctx.Err() != nil {
 				return
 			}
@@ -245,14 +245,14 @@ func (p *Pool) CheckNow(ctx context.Context) {
 	wg.Wait()
 }
 
-func (p *Pool) check(ctx context.Context, addr string) error {
+func (p *Pool) check(ctx context.Context, client *http.Client, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, p.health.ActiveTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+p.health.ActivePath, nil)
 	if err != nil {
 		return fmt.Errorf("build health request: %w", err)
 	}
-	resp, err := p.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("health request: %w", err)
 	}

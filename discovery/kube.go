@@ -44,6 +44,11 @@ const (
 	AnnotationDataParallelSize = "warmpath.io/data-parallel-size"
 	// AnnotationModels is a comma-separated list of served model names.
 	AnnotationModels = "warmpath.io/models"
+	// AnnotationActivePorts is the Inference Extension's own annotation:
+	// the comma-separated target ports of the pod that serve (the others
+	// are ranks not started, or drained). Without it every target port
+	// serves.
+	AnnotationActivePorts = "inference.networking.k8s.io/active-ports"
 )
 
 // InferencePoolGVR names the Gateway API Inference Extension InferencePool
@@ -79,8 +84,15 @@ type KubeConfig struct {
 	LabelSelector string `yaml:"label_selector"`
 	// InferencePool, when set, names an InferencePool (v1) in Namespace
 	// whose spec.selector.matchLabels selects the pods and whose
-	// spec.targetPorts are the HTTP ports: each port of each pod is a
-	// worker, named "pod" for a single port and "pod-port" otherwise.
+	// spec.targetPorts are the HTTP ports: each port of each pod (a
+	// data-parallel rank, say) is a worker, named "pod" for a single port
+	// and "pod-port" otherwise, unless the pod's
+	// inference.networking.k8s.io/active-ports annotation leaves it out.
+	// spec.appProtocol kubernetes.io/h2c makes the workers HTTP/2
+	// cleartext (Worker.Protocol); spec.endpointPickerRef.failureMode is
+	// reported (warmpath_discovery_inference_pool_info) and, when FailOpen,
+	// logged: the gateway then forwards requests without warmpath whenever
+	// it cannot reach it, and warmpath sees their load only in scrapes.
 	InferencePool string `yaml:"inference_pool"`
 	// Kubeconfig is a kubeconfig path; empty tries $KUBECONFIG,
 	// ~/.kube/config, then in-cluster credentials (see KubeClients).
@@ -122,7 +134,8 @@ type Kubernetes struct {
 	log    *slog.Logger
 	synced atomic.Bool
 
-	skipped *prometheus.CounterVec
+	skipped  *prometheus.CounterVec
+	poolInfo *prometheus.GaugeVec
 	// logged remembers the last problem logged per pod, so each is logged
 	// once per change. Only the rebuild goroutine touches it.
 	logged map[string]string
@@ -145,14 +158,18 @@ func NewKubernetes(cs kubernetes.Interface, dyn dynamic.Interface, cfg KubeConfi
 		cs: cs, dyn: dyn, cfg: cfg, sel: sel, log: co.Log(),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpath_discovery_pods_skipped_total",
-			Help: "Ready, matching pods left out of the worker set, by reason (bad_annotation, no_models, bad_pool).",
+			Help: "Ready, matching pods left out of the worker set, by reason (bad_annotation, no_models, bad_pool, no_active_ports).",
 		}, []string{"reason"}),
+		poolInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "warmpath_discovery_inference_pool_info",
+			Help: "The InferencePool followed (1 while usable): its appProtocol and endpointPickerRef.failureMode.",
+		}, []string{"app_protocol", "failure_mode"}),
 		logged: map[string]string{},
 	}
-	for _, r := range []string{"bad_annotation", "no_models", "bad_pool"} {
+	for _, r := range []string{"bad_annotation", "no_models", "bad_pool", "no_active_ports"} {
 		k.skipped.WithLabelValues(r)
 	}
-	if err := co.Register("kubernetes discovery", k.skipped); err != nil {
+	if err := co.Register("kubernetes discovery", k.skipped, k.poolInfo); err != nil {
 		return nil, fmt.Errorf("kubernetes discovery: %w", err)
 	}
 	return k, nil
@@ -262,18 +279,27 @@ func stripManagedFields(obj any) (any, error) {
 // build derives the worker set from the informer caches.
 func (k *Kubernetes) build(pods, pools cache.Store) []Worker {
 	sel := k.sel
-	ports := []int(nil) // nil: the pod's own HTTP port
+	var spec poolSpec // no ports: the pod's own HTTP port
 	if pools != nil {
-		psel, pports, err := k.pool(pools)
-		if err != nil {
+		var err error
+		key := "inferencepool/" + k.cfg.InferencePool
+		if spec, err = k.pool(pools); err != nil {
 			k.skipped.WithLabelValues("bad_pool").Inc()
-			k.logOnce("inferencepool/"+k.cfg.InferencePool, err.Error(), "discovery: InferencePool unusable, no workers", "err", err)
+			k.poolInfo.Reset()
+			k.logOnce(key, err.Error(), "discovery: InferencePool unusable, no workers", "err", err)
 			return []Worker{}
 		}
-		delete(k.logged, "inferencepool/"+k.cfg.InferencePool)
-		reqs, _ := psel.Requirements()
+		k.poolInfo.Reset()
+		k.poolInfo.WithLabelValues(spec.appProtocol, spec.failureMode).Set(1)
+		if spec.failureMode == "FailOpen" {
+			k.logOnce(key, "FailOpen", "discovery: the InferencePool's endpointPickerRef.failureMode is FailOpen: "+
+				"while the gateway cannot reach warmpath it forwards requests by itself, whose load warmpath sees only in scrapes",
+				"inferencepool", k.cfg.InferencePool)
+		} else {
+			delete(k.logged, key)
+		}
+		reqs, _ := spec.sel.Requirements()
 		sel = sel.Add(reqs...)
-		ports = pports
 	}
 	var ws []Worker
 	seen := map[string]bool{}
@@ -284,7 +310,7 @@ func (k *Kubernetes) build(pods, pools cache.Store) []Worker {
 		}
 		key := pod.Namespace + "/" + pod.Name
 		seen[key] = true
-		pw, reason, err := k.podWorkers(pod, ports)
+		pw, reason, err := k.podWorkers(pod, spec)
 		if err != nil {
 			k.skipped.WithLabelValues(reason).Inc()
 			k.logOnce(key, pod.ResourceVersion+err.Error(), "discovery: pod left out of the worker set", "pod", key, "err", err)
@@ -328,11 +354,13 @@ func podUsable(pod *corev1.Pod, sel labels.Selector) bool {
 	return false
 }
 
-// podWorkers turns one usable pod into its workers: one per HTTP port.
-// With several ports, server i publishes KV events on the annotated ports
-// plus i × data-parallel size, so the ranks of different servers do not
-// collide. reason labels the skip counter when err is not nil.
-func (k *Kubernetes) podWorkers(pod *corev1.Pod, ports []int) (ws []Worker, reason string, err error) {
+// podWorkers turns one usable pod into its workers: one per HTTP port (the
+// pool's active target ports, or the pod's own port). With several ports,
+// server i (the i-th target port) publishes KV events on the annotated
+// ports plus i × data-parallel size, so the ranks of different servers do
+// not collide. reason labels the skip counter when err is not nil.
+func (k *Kubernetes) podWorkers(pod *corev1.Pod, spec poolSpec) (ws []Worker, reason string, err error) {
+	ports := spec.ports
 	d := k.cfg.Defaults
 	ann := pod.Annotations
 	var errs []error
@@ -381,13 +409,21 @@ func (k *Kubernetes) podWorkers(pod *corev1.Pod, ports []int) (ws []Worker, reas
 	if ports == nil {
 		ports = []int{httpPort}
 	}
+	active := activePorts(ann, ports)
+	if len(active) == 0 {
+		return nil, "no_active_ports", fmt.Errorf("annotation %s=%q names none of the target ports %v", AnnotationActivePorts, ann[AnnotationActivePorts], ports)
+	}
 	ranks := max(dp, 1)
 	for i, p := range ports {
+		if !active[p] {
+			continue
+		}
 		w := Worker{
 			Name:             pod.Name,
 			Address:          net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(p)),
 			Models:           slices.Clone(models),
 			DataParallelSize: dp,
+			Protocol:         spec.protocol,
 		}
 		if len(ports) > 1 {
 			w.Name = pod.Name + "-" + strconv.Itoa(p)
@@ -403,53 +439,104 @@ func (k *Kubernetes) podWorkers(pod *corev1.Pod, ports []int) (ws []Worker, reas
 	return ws, "", nil
 }
 
-// pool reads the configured InferencePool's selector and target ports.
-func (k *Kubernetes) pool(store cache.Store) (labels.Selector, []int, error) {
-	obj, ok, err := store.GetByKey(k.cfg.Namespace + "/" + k.cfg.InferencePool)
-	if err != nil {
-		return nil, nil, fmt.Errorf("inferencepool %s: %w", k.cfg.InferencePool, err)
+// activePorts returns which of ports the pod's active-ports annotation
+// names (all of them without one); entries that are not target ports are
+// ignored, as the Inference Extension's own picker ignores them.
+func activePorts(ann map[string]string, ports []int) map[int]bool {
+	out := make(map[int]bool, len(ports))
+	v, ok := ann[AnnotationActivePorts]
+	for _, p := range ports {
+		out[p] = !ok
 	}
 	if !ok {
-		return nil, nil, fmt.Errorf("inferencepool %s/%s not found", k.cfg.Namespace, k.cfg.InferencePool)
+		return out
+	}
+	for e := range strings.SplitSeq(v, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(e)); err == nil {
+			if _, target := out[n]; target {
+				out[n] = true
+			}
+		}
+	}
+	for p, on := range out {
+		if !on {
+			delete(out, p)
+		}
+	}
+	return out
+}
+
+// poolSpec is what warmpath reads of an InferencePool.
+type poolSpec struct {
+	sel   labels.Selector
+	ports []int
+	// appProtocol is spec.appProtocol ("http" when unset) and protocol the
+	// matching Worker.Protocol; failureMode is
+	// spec.endpointPickerRef.failureMode ("FailClose" when unset).
+	appProtocol, protocol, failureMode string
+}
+
+// pool reads the configured InferencePool.
+func (k *Kubernetes) pool(store cache.Store) (poolSpec, error) {
+	obj, ok, err := store.GetByKey(k.cfg.Namespace + "/" + k.cfg.InferencePool)
+	if err != nil {
+		return poolSpec{}, fmt.Errorf("inferencepool %s: %w", k.cfg.InferencePool, err)
+	}
+	if !ok {
+		return poolSpec{}, fmt.Errorf("inferencepool %s/%s not found", k.cfg.Namespace, k.cfg.InferencePool)
 	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
-		return nil, nil, fmt.Errorf("inferencepool %s: unexpected object %T", k.cfg.InferencePool, obj)
+		return poolSpec{}, fmt.Errorf("inferencepool %s: unexpected object %T", k.cfg.InferencePool, obj)
 	}
 	return parseInferencePool(u)
 }
 
-// parseInferencePool reads spec.selector.matchLabels and spec.targetPorts
-// of an InferencePool (v1).
-func parseInferencePool(u *unstructured.Unstructured) (labels.Selector, []int, error) {
+// parseInferencePool reads spec.selector.matchLabels, spec.targetPorts,
+// spec.appProtocol and spec.endpointPickerRef.failureMode of an
+// InferencePool (v1), with the API's defaults and enums.
+func parseInferencePool(u *unstructured.Unstructured) (poolSpec, error) {
 	name := u.GetName()
 	ml, found, err := unstructured.NestedStringMap(u.Object, "spec", "selector", "matchLabels")
 	if err != nil || !found || len(ml) == 0 {
-		return nil, nil, fmt.Errorf("inferencepool %s: spec.selector.matchLabels missing or empty", name)
+		return poolSpec{}, fmt.Errorf("inferencepool %s: spec.selector.matchLabels missing or empty", name)
 	}
-	sel, err := labels.ValidatedSelectorFromSet(ml)
-	if err != nil {
-		return nil, nil, fmt.Errorf("inferencepool %s: selector: %w", name, err)
+	spec := poolSpec{appProtocol: "http", failureMode: "FailClose"}
+	if spec.sel, err = labels.ValidatedSelectorFromSet(ml); err != nil {
+		return poolSpec{}, fmt.Errorf("inferencepool %s: selector: %w", name, err)
 	}
 	tps, found, err := unstructured.NestedSlice(u.Object, "spec", "targetPorts")
 	if err != nil || !found || len(tps) == 0 {
-		return nil, nil, fmt.Errorf("inferencepool %s: spec.targetPorts missing or empty", name)
+		return poolSpec{}, fmt.Errorf("inferencepool %s: spec.targetPorts missing or empty", name)
 	}
-	var ports []int
 	for i, tp := range tps {
 		m, ok := tp.(map[string]any)
 		if !ok {
-			return nil, nil, fmt.Errorf("inferencepool %s: targetPorts[%d] is not an object", name, i)
+			return poolSpec{}, fmt.Errorf("inferencepool %s: targetPorts[%d] is not an object", name, i)
 		}
 		n, ok := toInt(m["number"])
 		if !ok || n < 1 || n > 65535 {
-			return nil, nil, fmt.Errorf("inferencepool %s: targetPorts[%d].number %v is not a port", name, i, m["number"])
+			return poolSpec{}, fmt.Errorf("inferencepool %s: targetPorts[%d].number %v is not a port", name, i, m["number"])
 		}
-		if !slices.Contains(ports, n) {
-			ports = append(ports, n)
+		if !slices.Contains(spec.ports, n) {
+			spec.ports = append(spec.ports, n)
 		}
 	}
-	return sel, ports, nil
+	switch ap, _, _ := unstructured.NestedString(u.Object, "spec", "appProtocol"); ap {
+	case "", "http":
+	case "kubernetes.io/h2c":
+		spec.appProtocol, spec.protocol = ap, ProtocolH2C
+	default:
+		return poolSpec{}, fmt.Errorf("inferencepool %s: spec.appProtocol %q: want http or kubernetes.io/h2c", name, ap)
+	}
+	switch fm, _, _ := unstructured.NestedString(u.Object, "spec", "endpointPickerRef", "failureMode"); fm {
+	case "":
+	case "FailOpen", "FailClose":
+		spec.failureMode = fm
+	default:
+		return poolSpec{}, fmt.Errorf("inferencepool %s: spec.endpointPickerRef.failureMode %q: want FailOpen or FailClose", name, fm)
+	}
+	return spec, nil
 }
 
 func toInt(v any) (int, bool) {

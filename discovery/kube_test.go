@@ -419,6 +419,24 @@ func TestKubernetesInferencePool(t *testing.T) {
 			want: []Worker{kw("p2", "10.0.0.2:8000", func(w *Worker) { w.KVEvents = "tcp://10.0.0.2:5557" })},
 		},
 		{
+			name:  "data-parallel ranks as target ports, some inactive, over h2c",
+			pools: []runtime.Object{newInferencePool("qwen", map[string]any{"pool": "qwen"}, 8000)},
+			first: []Worker{kw("p1", "10.0.0.1:8000"), kw("p2", "10.0.0.2:8000", func(w *Worker) { w.KVEvents = "tcp://10.0.0.2:5557" })},
+			change: func(t *testing.T, e *kubeEnv) {
+				e.pods().update(t, "p1", withAnnotations(AnnotationActivePorts, "8001, 8002, 9999"))
+				e.pods().update(t, "p2", withAnnotations(AnnotationKVEventsPort, "5557", AnnotationActivePorts, "9999"))
+				pool := newInferencePool("qwen", map[string]any{"pool": "qwen"}, 8000, 8001, 8002)
+				pool.Object["spec"].(map[string]any)["appProtocol"] = "kubernetes.io/h2c"
+				if _, err := poolRes(e).Update(t.Context(), pool, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: []Worker{
+				kw("p1-8001", "10.0.0.1:8001", func(w *Worker) { w.Protocol = ProtocolH2C }),
+				kw("p1-8002", "10.0.0.1:8002", func(w *Worker) { w.Protocol = ProtocolH2C }),
+			},
+		},
+		{
 			name:  "invalid pool yields no workers",
 			pools: []runtime.Object{newInferencePool("qwen", map[string]any{"pool": "qwen"})},
 			first: []Worker{},
@@ -453,8 +471,20 @@ func TestParseInferencePool(t *testing.T) {
 		name    string
 		spec    map[string]any
 		want    []int
+		proto   [3]string // appProtocol, Worker.Protocol, failureMode; zero: the defaults
 		wantErr string
 	}{
+		{name: "h2c, fail open", spec: map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"a": "b"}},
+			"targetPorts": []any{map[string]any{"number": int64(8000)}, map[string]any{"number": int64(8001)}},
+			"appProtocol": "kubernetes.io/h2c", "endpointPickerRef": map[string]any{"name": "warmpath", "failureMode": "FailOpen"}},
+			want: []int{8000, 8001}, proto: [3]string{"kubernetes.io/h2c", ProtocolH2C, "FailOpen"}},
+		{name: "explicit http, fail close", spec: map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"a": "b"}},
+			"targetPorts": []any{map[string]any{"number": int64(8000)}}, "appProtocol": "http",
+			"endpointPickerRef": map[string]any{"name": "warmpath", "failureMode": "FailClose"}}, want: []int{8000}},
+		{name: "unknown app protocol", spec: map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"a": "b"}},
+			"targetPorts": []any{map[string]any{"number": int64(8000)}}, "appProtocol": "grpc"}, wantErr: "appProtocol"},
+		{name: "unknown failure mode", spec: map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"a": "b"}},
+			"targetPorts": []any{map[string]any{"number": int64(8000)}}, "endpointPickerRef": map[string]any{"failureMode": "Retry"}}, wantErr: "failureMode"},
 		{name: "float ports from JSON", spec: map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"a": "b"}}, "targetPorts": []any{map[string]any{"number": 8000.0}, map[string]any{"number": int64(8000)}}}, want: []int{8000}},
 		{name: "no selector", spec: map[string]any{"targetPorts": []any{map[string]any{"number": int64(1)}}}, wantErr: "matchLabels"},
 		{name: "bad label value", spec: map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"a": "b c"}}, "targetPorts": []any{map[string]any{"number": int64(1)}}}, wantErr: "selector"},
@@ -466,15 +496,22 @@ func TestParseInferencePool(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			u := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "p"}, "spec": tc.spec}}
-			_, ports, err := parseInferencePool(u)
+			spec, err := parseInferencePool(u)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
 				}
 				return
 			}
-			if err != nil || !reflect.DeepEqual(ports, tc.want) {
-				t.Fatalf("ports = %v, %v; want %v", ports, err, tc.want)
+			if err != nil || !reflect.DeepEqual(spec.ports, tc.want) {
+				t.Fatalf("ports = %v, %v; want %v", spec.ports, err, tc.want)
+			}
+			want := [3]string{"http", "", "FailClose"}
+			if tc.proto != [3]string{} {
+				want = tc.proto
+			}
+			if got := [3]string{spec.appProtocol, spec.protocol, spec.failureMode}; got != want {
+				t.Fatalf("app protocol, worker protocol, failure mode = %q, want %q", got, want)
 			}
 		})
 	}

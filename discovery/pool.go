@@ -29,6 +29,7 @@ type Pool struct {
 	log    *slog.Logger
 	now    func() time.Time
 	client *http.Client
+	h2c    *http.Client // the client for h2c workers
 
 	snap    atomic.Pointer[snapshot]
 	suspect chan struct{} // one-slot trigger: a failure asks for an active check round now
@@ -86,6 +87,7 @@ func NewPool(src Source, hc HealthConfig, co component.Options, opts ...Option) 
 	if p.client == nil {
 		p.client = defaultHTTPClient()
 	}
+	p.h2c = h2cClient(p.client)
 	p.snap.Store(buildSnapshot(nil, nil))
 	for _, r := range []string{"applied", "rejected"} {
 		p.updates.WithLabelValues(r)

@@ -118,6 +118,7 @@ type Scraper struct {
 	log     *slog.Logger
 	now     func() time.Time
 	client  *http.Client
+	h2c     *http.Client // the client for h2c workers
 
 	loads atomic.Pointer[map[string]loadEntry]
 	bufs  sync.Pool // *scrapeBufs
@@ -167,6 +168,7 @@ func NewScraper(ws WorkerLister, cfg ScrapeConfig, co component.Options, opts ..
 	if s.client == nil {
 		s.client = defaultHTTPClient()
 	}
+	s.h2c = h2cClient(s.client)
 	s.bufs.New = func() any { return &scrapeBufs{} }
 	empty := map[string]loadEntry{}
 	s.loads.Store(&empty)
@@ -228,7 +230,7 @@ func (s *Scraper) ScrapeNow(ctx context.Context) {
 			if !ok || prev.address != w.Address {
 				prev = loadEntry{address: w.Address}
 			}
-			m, err := s.scrape(ctx, w.Address)
+			m, err := s.scrape(ctx, clientFor(&w, s.client, s.h2c), w.Address)
 			if ctx.Err() != nil {
 				return
 			}
@@ -253,13 +255,13 @@ func (s *Scraper) ScrapeNow(ctx context.Context) {
 	s.loads.Store(&next)
 }
 
-func (s *Scraper) scrape(ctx context.Context, addr string) (EngineMetrics, error) {
+func (s *Scraper) scrape(ctx context.Context, client *http.Client, addr string) (EngineMetrics, error) {
 	start := time.Now()
 	defer func() { s.duration.Observe(time.Since(start).Seconds()) }()
 	b := s.bufs.Get().(*scrapeBufs)
 	defer s.bufs.Put(b)
 	var err error
-	b.body, err = s.fetch(ctx, addr, b.body[:0])
+	b.body, err = s.fetch(ctx, client, addr, b.body[:0])
 	if err != nil {
 		return EngineMetrics{}, err
 	}
@@ -272,7 +274,7 @@ func (s *Scraper) scrape(ctx context.Context, addr string) (EngineMetrics, error
 	return m, nil
 }
 
-func (s *Scraper) fetch(ctx context.Context, addr string, buf []byte) ([]byte, error) {
+func (s *Scraper) fetch(ctx context.Context, client *http.Client, addr string, buf []byte) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
@@ -283,7 +285,7 @@ func (s *Scraper) fetch(ctx context.Context, addr string, buf []byte) ([]byte, e
 	// The classic text format: vLLM (prometheus_client) would otherwise
 	// be free to answer in OpenMetrics.
 	req.Header.Set("Accept", "text/plain;version=0.0.4")
-	resp, err := s.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		s.scrapes.WithLabelValues(scrapeHTTPError).Inc()
 		return buf, fmt.Errorf("scrape %s: %w", addr, err)

@@ -227,3 +227,47 @@ func BenchmarkScrape100Workers(b *testing.B) {
 		b.Fatalf("Load = %+v, %v", l, ok)
 	}
 }
+
+// TestH2CWorkers: a worker whose Protocol is h2c (an InferencePool's
+// appProtocol kubernetes.io/h2c) is scraped and health-checked over HTTP/2
+// cleartext, which a server that speaks nothing else answers.
+func TestH2CWorkers(t *testing.T) {
+	t.Parallel()
+	ms := &metricsServer{body: readFixture(t, "vllm-single.prom")}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor != 2 {
+			http.Error(rw, "h2c only", http.StatusHTTPVersionNotSupported)
+			return
+		}
+		if r.URL.Path == "/health" {
+			return
+		}
+		ms.ServeHTTP(rw, r)
+	}))
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	h2 := w("a", addr, "m")
+	h2.Protocol = ProtocolH2C
+	lister := &staticLister{}
+	lister.set(h2, w("b", addr, "m"))
+	s, err := NewScraper(lister, ScrapeConfig{}, component.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ScrapeNow(t.Context())
+	if l, ok := s.Load("a"); !ok || l.LastError != "" || l.Running != 62 {
+		t.Fatalf("h2c worker: Load = %+v, %v", l, ok)
+	}
+	if l, _ := s.Load("b"); l.LastError == "" {
+		t.Fatal("an HTTP/1.1 worker on an h2c-only server was scraped")
+	}
+	p, _, _ := newTestPool(t, HealthConfig{ActiveInterval: time.Hour})
+	p.Apply([]Worker{h2})
+	p.CheckNow(t.Context())
+	if !p.Ready() {
+		t.Fatal("the h2c worker did not pass its health check")
+	}
+}

@@ -97,6 +97,9 @@ func ValidateWorkers(ws []Worker) error {
 		if w.DataParallelSize < 0 {
 			errs = append(errs, fmt.Errorf("worker %q: negative data_parallel_size %d", name, w.DataParallelSize))
 		}
+		if w.Protocol != "" && w.Protocol != ProtocolH2C {
+			errs = append(errs, fmt.Errorf("worker %q: protocol %q: want empty (HTTP/1.1) or %s", name, w.Protocol, ProtocolH2C))
+		}
 	}
 	if len(errs) == 0 {
 		return nil

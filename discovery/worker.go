@@ -24,7 +24,15 @@ type Worker struct {
 	// DataParallelSize is the number of data-parallel engine ranks behind
 	// the worker's HTTP address. Zero means one.
 	DataParallelSize int `yaml:"data_parallel_size"`
+	// Protocol is how the worker's address speaks HTTP: "" (HTTP/1.1) or
+	// ProtocolH2C (HTTP/2 over cleartext, an InferencePool's appProtocol
+	// kubernetes.io/h2c); warmpath's own /health and /metrics requests use
+	// it.
+	Protocol string `yaml:"protocol"`
 }
+
+// ProtocolH2C is Worker.Protocol for HTTP/2 over cleartext.
+const ProtocolH2C = "h2c"
 
 // Serves reports whether w serves the model name.
 func (w *Worker) Serves(model string) bool { return slices.Contains(w.Models, model) }

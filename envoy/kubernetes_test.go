@@ -204,6 +204,7 @@ type inferencePoolSpec struct {
 	TargetPorts []struct {
 		Number int `yaml:"number"`
 	} `yaml:"targetPorts"`
+	AppProtocol       string `yaml:"appProtocol"`
 	EndpointPickerRef struct {
 		Name string `yaml:"name"`
 		Port struct {
@@ -293,6 +294,9 @@ func TestKubernetesObjects(t *testing.T) {
 				if err = decodeStrict(&o.Spec, &s); err == nil && (s.EndpointPickerRef.Name != "warmpath" || s.EndpointPickerRef.Port.Number != 9002 || s.EndpointPickerRef.FailureMode != "FailClose") {
 					err = errors.New("endpointPickerRef must name warmpath:9002, fail closed")
 				}
+				if err == nil {
+					err = checkInferencePool(s)
+				}
 			default:
 				t.Errorf("%s: unexpected object %s %s", path, o.APIVersion, o.Kind)
 			}
@@ -306,6 +310,25 @@ func TestKubernetesObjects(t *testing.T) {
 			t.Errorf("no %s checked", k)
 		}
 	}
+}
+
+// checkInferencePool checks what the InferencePool API validates: one to
+// eight unique target ports, an appProtocol of its enum.
+func checkInferencePool(s inferencePoolSpec) error {
+	if n := len(s.TargetPorts); n < 1 || n > 8 {
+		return fmt.Errorf("%d targetPorts: want 1 to 8", n)
+	}
+	seen := map[int]bool{}
+	for _, p := range s.TargetPorts {
+		if seen[p.Number] || p.Number < 1 || p.Number > 65535 {
+			return fmt.Errorf("targetPorts: %d repeated or not a port", p.Number)
+		}
+		seen[p.Number] = true
+	}
+	if s.AppProtocol != "" && s.AppProtocol != "http" && s.AppProtocol != "kubernetes.io/h2c" {
+		return fmt.Errorf("appProtocol %q: want http or kubernetes.io/h2c", s.AppProtocol)
+	}
+	return nil
 }
 
 // checkEnvoyFilter checks the patches, and that together they fail over

@@ -38,8 +38,8 @@ type Config struct {
 	// long after it was routed (the stream goes on; only the reservation
 	// and the outcome end). Default 30m.
 	AssignmentTTL time.Duration `yaml:"assignment_ttl"`
-	// RetryAfter is the Retry-After value (seconds) on 503 replies.
-	// Default 1.
+	// RetryAfter is the Retry-After value (seconds) on 503 and 429
+	// replies. Default 1.
 	RetryAfter int `yaml:"retry_after"`
 	// SLOHeaders lets a request set its own latency targets for the slo
 	// objective with x-slo-ttft-ms and x-slo-tpot-ms (milliseconds); off,
@@ -48,6 +48,41 @@ type Config struct {
 	// or have the gateway strip them, where clients are not trusted with
 	// that. Default true.
 	SLOHeaders bool `yaml:"slo_headers"`
+
+	// SubsetNamespace is the metadata namespace of the Endpoint Picker
+	// protocol's subset hint: when Envoy forwards
+	// filter_metadata[SubsetNamespace]["x-gateway-destination-endpoint-subset"]
+	// (a list of ip:port, or a comma-separated string), only those endpoints
+	// are candidates, and an empty or wholly ineligible subset is answered
+	// 503. Default "envoy.lb.subset_hint"; "-" ignores subset hints.
+	SubsetNamespace string `yaml:"subset_namespace"`
+	// Fallbacks is how many more endpoints follow the chosen one in the
+	// destination (header and metadata alike, "ip:port,ip:port,…"), the
+	// next best candidates by the policy's score, so that a proxy that walks
+	// the list (Envoy's override_host load balancer with a retry policy) can
+	// retry within the pool. Default 0: one endpoint, which Envoy's
+	// ORIGINAL_DST cluster requires (it reads the header as one address).
+	Fallbacks int `yaml:"fallbacks"`
+	// EndpointScores adds x-gateway-destination-endpoint-scores to the
+	// envoy.lb metadata: a struct mapping every candidate's ip:port to its
+	// predicted time to first token in seconds (lower is better), as
+	// proposed for the protocol's v1.1 and emitted by llm-d behind
+	// --emit-endpoint-scores. Default false.
+	EndpointScores bool `yaml:"endpoint_scores"`
+	// ShedTTFT answers 429 (with Retry-After) when every candidate's
+	// predicted time to first token exceeds it: the request is shed rather
+	// than queued. Every request is sheddable. Default 0: never shed.
+	ShedTTFT time.Duration `yaml:"shed_ttft"`
+
+	// ConformanceTestHooks turns on, FOR CONFORMANCE TESTS ONLY, the two
+	// hooks of the Gateway API Inference Extension's conformance suite: the
+	// request header test-epp-endpoint-selection (a comma-separated ip:port
+	// list) restricts the candidates, and the response carries
+	// x-conformance-test-served-endpoint, the served endpoint the proxy
+	// reported. With it a client chooses its upstream: never enable it in
+	// production. Default false (the selection header is ignored and
+	// counted).
+	ConformanceTestHooks bool `yaml:"conformance_test_hooks"`
 }
 
 // DefaultConfig returns the defaults documented on Config.
@@ -61,6 +96,7 @@ func DefaultConfig() Config {
 		AssignmentTTL:     30 * time.Minute,
 		RetryAfter:        1,
 		SLOHeaders:        true,
+		SubsetNamespace:   "envoy.lb.subset_hint",
 	}
 }
 
@@ -86,6 +122,15 @@ func (c *Config) Validate() error {
 	if c.RetryAfter < 0 {
 		bad("retry_after: must not be negative")
 	}
+	if c.SubsetNamespace == "" {
+		bad(`subset_namespace: must not be empty ("-" ignores subset hints)`)
+	}
+	if c.Fallbacks < 0 || c.Fallbacks > maxFallbacks {
+		bad("fallbacks: want 0 to %d, got %d", maxFallbacks, c.Fallbacks)
+	}
+	if c.ShedTTFT < 0 {
+		bad("shed_ttft: must not be negative")
+	}
 	return errors.Join(errs...)
 }
 
@@ -104,6 +149,24 @@ func (c *Config) metadataNamespace() string {
 		return ""
 	}
 	return c.MetadataNamespace
+}
+
+// subsetNamespace is the namespace of the subset hint, "" when hints are
+// ignored.
+func (c *Config) subsetNamespace() string {
+	if c.SubsetNamespace == "-" {
+		return ""
+	}
+	return c.SubsetNamespace
+}
+
+// servedNamespace is where the proxy reports the served endpoint: the
+// destination's namespace, or the protocol's default when that is off.
+func (c *Config) servedNamespace() string {
+	if ns := c.metadataNamespace(); ns != "" {
+		return ns
+	}
+	return "envoy.lb"
 }
 
 // validHeaderName reports whether h is a lower-case, non-pseudo header name.

@@ -17,7 +17,16 @@
 //     the assignment, the response watched without changing a byte (SSE or
 //     JSON) and the assignment's end, exactly once — completed, aborted or,
 //     past Config.AssignmentTTL, expired — with the observed time to first
-//     token and usage handed back to the Picker.
+//     token and usage handed back to the Picker;
+//   - the Gateway API Inference Extension's Endpoint Picker protocol
+//     (epp.go, v1.0.0): the proxy's subset hint restricts the candidates
+//     (503 when it leaves none), the destination may list fallbacks after
+//     the chosen endpoint, the served endpoint the proxy reports on the
+//     response moves the assignment to the worker that really served (a
+//     Reassigner picker is told), per-endpoint predicted TTFTs may ride in
+//     the metadata (the v1.1 proposal), shedding answers 429, and the
+//     conformance suite's test-only hooks exist behind
+//     Config.ConformanceTestHooks.
 //
 // The Server observes every decision and outcome, whichever Picker made
 // it: decisions by mode, predicted against actual TTFT and cached tokens,

@@ -125,6 +125,7 @@ func testConfig() Config {
 		RetryAfter:        2,
 		AssignmentTTL:     time.Hour,
 		SLOHeaders:        true,
+		SubsetNamespace:   "envoy.lb.subset_hint",
 	}
 }
 

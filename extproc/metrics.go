@@ -10,18 +10,21 @@ import (
 // bounded: models are only configured names ("unknown" otherwise), workers
 // only names from the pool.
 type metrics struct {
-	requests       *prometheus.CounterVec // api, model, code
-	rejections     *prometheus.CounterVec // reason
-	streamErrors   *prometheus.CounterVec // reason
-	decision       prometheus.Histogram   // seconds
-	inFlight       *prometheus.GaugeVec   // worker
-	ended          *prometheus.CounterVec // end
-	ttft           prometheus.Histogram   // seconds from the routing reply
-	watchEvents    *prometheus.CounterVec // kind
-	bodyHidden     prometheus.Counter
-	sloHeaders     *prometheus.CounterVec // result
-	chunkBytes     prometheus.Counter
-	responseChunks prometheus.Counter
+	requests         *prometheus.CounterVec // api, model, code
+	rejections       *prometheus.CounterVec // reason
+	streamErrors     *prometheus.CounterVec // reason
+	decision         prometheus.Histogram   // seconds
+	inFlight         *prometheus.GaugeVec   // worker
+	ended            *prometheus.CounterVec // end
+	ttft             prometheus.Histogram   // seconds from the routing reply
+	watchEvents      *prometheus.CounterVec // kind
+	bodyHidden       prometheus.Counter
+	sloHeaders       *prometheus.CounterVec // result
+	chunkBytes       prometheus.Counter
+	responseChunks   prometheus.Counter
+	subsetHints      *prometheus.CounterVec // form
+	served           *prometheus.CounterVec // result
+	selectionIgnored prometheus.Counter
 }
 
 // latencyBuckets span 1 ms to ~82 s, for TTFT and request durations.
@@ -79,9 +82,21 @@ func newMetrics(o component.Options) (*metrics, error) {
 			Name: "warmpath_response_watched_chunks_total",
 			Help: "Response body chunks watched.",
 		}),
+		subsetHints: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warmpath_subset_hints_total",
+			Help: "Requests whose proxy sent an Endpoint Picker subset hint, by its form: list, string, or invalid (names no endpoint).",
+		}, []string{"form"}),
+		served: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warmpath_served_endpoint_reports_total",
+			Help: "What the proxy reported as the endpoint that served a routed request: chosen, fallback (the assignment moved there), unknown (no candidate), or absent.",
+		}, []string{"result"}),
+		selectionIgnored: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "warmpath_test_selection_headers_ignored_total",
+			Help: "Requests carrying the conformance suite's test-epp-endpoint-selection header while the conformance test hooks are off; the header is ignored.",
+		}),
 	}
 	if err := o.Register("extproc", m.requests, m.rejections, m.streamErrors, m.decision, m.inFlight, m.ended, m.ttft,
-		m.watchEvents, m.bodyHidden, m.sloHeaders, m.chunkBytes, m.responseChunks); err != nil {
+		m.watchEvents, m.bodyHidden, m.sloHeaders, m.chunkBytes, m.responseChunks, m.subsetHints, m.served, m.selectionIgnored); err != nil {
 		return nil, err
 	}
 	return m, nil

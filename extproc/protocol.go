@@ -89,13 +89,14 @@ func (s *Server) handle(ctx context.Context, ex *exchange, r *extprocv3.Processi
 	switch m := r.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		s.identify(ex, r)
+		s.subsetHint(ex, r.GetMetadataContext())
 		return s.requestHeaders(ctx, ex, m.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return s.requestBody(ctx, ex, m.RequestBody)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		return s.requestTrailers(ctx, ex)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		return s.responseHeaders(ex, m.ResponseHeaders)
+		return s.responseHeaders(ex, r.GetMetadataContext(), m.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return s.responseBody(ex, m.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
@@ -130,6 +131,12 @@ func (s *Server) requestHeaders(ctx context.Context, ex *exchange, h *extprocv3.
 			p.method = headerValue(hv)
 		case "x-request-id":
 			req.ID = headerValue(hv)
+		case testSelectionHeader:
+			if !s.cfg.ConformanceTestHooks {
+				s.m.selectionIgnored.Inc() // a client must never choose its upstream
+				continue
+			}
+			ex.route.selection = selectionOf(headerValue(hv))
 		}
 	}
 	if req.ID == "" {
@@ -272,7 +279,20 @@ func (s *Server) reject(ex *exchange, r *rejection) error {
 	return ex.send(errorReply(ex.route.req.API, r.status, r.msg, s.cfg.RetryAfter))
 }
 
-func (s *Server) responseHeaders(ex *exchange, h *extprocv3.HttpHeaders) error {
+// subsetHint reads the proxy's subset hint from the request's forwarded
+// metadata, once.
+func (s *Server) subsetHint(ex *exchange, md *corev3.Metadata) {
+	if ex.proto.gotReqHeaders {
+		return
+	}
+	set, form := subsetHint(md, s.cfg.subsetNamespace())
+	if form != hintNone {
+		s.m.subsetHints.WithLabelValues(string(form)).Inc()
+	}
+	ex.route.subset = set
+}
+
+func (s *Server) responseHeaders(ex *exchange, md *corev3.Metadata, h *extprocv3.HttpHeaders) error {
 	// Without request_headers this is a local reply from a filter before
 	// ext_proc (jwt_authn's 401, ext_authz's 403): Envoy still sends it
 	// through; pass it on untouched.
@@ -281,6 +301,7 @@ func (s *Server) responseHeaders(ex *exchange, h *extprocv3.HttpHeaders) error {
 		return outOfOrder("response_headers", "twice")
 	}
 	p.gotRespHeaders = true
+	s.servedBy(ex, servedEndpoint(md, s.cfg.servedNamespace()))
 	ct := ""
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch hv.GetKey() {
@@ -293,8 +314,11 @@ func (s *Server) responseHeaders(ex *exchange, h *extprocv3.HttpHeaders) error {
 	ex.route.watch = newWatcher(ct, s.cfg.MaxResponseBytes)
 	var set []*corev3.HeaderValueOption
 	if d := ex.route.dec; s.cfg.DebugHeaders && d != nil {
-		set = append(set, setHeader("x-warmpath-worker", d.Worker),
+		set = append(set, setHeader("x-warmpath-worker", ex.route.attributedTo().Worker),
 			setHeader("x-warmpath-reason", headerSafe(d.Reason)))
+	}
+	if s.cfg.ConformanceTestHooks && ex.route.served != "" {
+		set = append(set, setHeader(testServedHeader, headerSafe(ex.route.served)))
 	}
 	if err := ex.send(responseHeadersReply(set)); err != nil {
 		return err

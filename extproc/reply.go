@@ -27,7 +27,7 @@ func setHeader(k, v string) *corev3.HeaderValueOption {
 func errorReply(api scoring.API, status int, msg string, retryAfter int) *extprocv3.ProcessingResponse {
 	body := errorBody(api, status, msg)
 	hs := []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}
-	if status == 503 && retryAfter > 0 {
+	if (status == 503 || status == 429) && retryAfter > 0 {
 		hs = append(hs, setHeader("retry-after", strconv.Itoa(retryAfter)))
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
@@ -60,6 +60,8 @@ func openAIErrorType(status int) string {
 		return "invalid_request_error"
 	case 404:
 		return "NotFoundError"
+	case 429:
+		return "RateLimitError"
 	case 503:
 		return "ServiceUnavailableError"
 	}
@@ -74,17 +76,21 @@ func anthropicErrorType(status int) string {
 		return "not_found_error"
 	case 413:
 		return "request_too_large"
+	case 429:
+		return "rate_limit_error"
 	case 503:
 		return "overloaded_error"
 	}
 	return "api_error"
 }
 
-// routeMutation is the common response that sends the request to dest: the
-// destination header (overwriting anything the client sent), the
-// clear_route_cache bit (Envoy honours it only next to a header mutation) and
-// dynamic metadata under ns unless ns is empty.
-func routeMutation(header, ns, dest string) (*extprocv3.CommonResponse, *structpb.Struct) {
+// routeMutation is the common response that sends the request to dest (one
+// ip:port, or an ordered ip:port,ip:port list): the destination header
+// (overwriting anything the client sent), the clear_route_cache bit (Envoy
+// honours it only next to a header mutation) and dynamic metadata under ns
+// unless ns is empty, carrying the same value as the header and, when
+// scores is not nil, the per-endpoint scores.
+func routeMutation(header, ns, dest string, scores *structpb.Value) (*extprocv3.CommonResponse, *structpb.Struct) {
 	cr := &extprocv3.CommonResponse{
 		HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(header, dest)}},
 		ClearRouteCache: true,
@@ -92,10 +98,12 @@ func routeMutation(header, ns, dest string) (*extprocv3.CommonResponse, *structp
 	if ns == "" {
 		return cr, nil
 	}
+	fields := map[string]*structpb.Value{header: structpb.NewStringValue(dest)}
+	if scores != nil {
+		fields[scoresKey] = scores
+	}
 	md := &structpb.Struct{Fields: map[string]*structpb.Value{
-		ns: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			header: structpb.NewStringValue(dest),
-		}}),
+		ns: structpb.NewStructValue(&structpb.Struct{Fields: fields}),
 	}}
 	return cr, md
 }

@@ -8,12 +8,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/warmpath/warmpath/discovery"
 	"github.com/warmpath/warmpath/scoring"
 )
 
@@ -42,6 +44,26 @@ type routing struct {
 	code        string // final status code for the requests metric
 	// toldFirst is set once the picker heard of the first token.
 	toldFirst bool
+
+	// subset and selection restrict the candidates: the proxy's subset
+	// hint, and the test selection header (conformance hooks only).
+	subset, selection endpointSet
+	// served is the endpoint the proxy reported as the one that served the
+	// request, "" before or without a report.
+	served string
+	// attributed is the candidate the assignment belongs to: the chosen
+	// one, until the proxy reports that another of the decision's
+	// candidates served (a fallback, after a retry). attrMu guards it: the
+	// TTL timer reads it when it ends the assignment.
+	attrMu     sync.Mutex
+	attributed scoring.Candidate
+}
+
+// attributedTo returns the candidate the assignment belongs to.
+func (r *routing) attributedTo() scoring.Candidate {
+	r.attrMu.Lock()
+	defer r.attrMu.Unlock()
+	return r.attributed
 }
 
 // stopTTL disarms the assignment's TTL, waiting for its expiry to finish
@@ -86,6 +108,10 @@ func (s *Server) decide(ctx context.Context, ex *exchange) (*extprocv3.CommonRes
 		}
 		return nil, nil, &rejection{"no_healthy_worker", 503, "No healthy worker serves " + what + " right now; retry later."}
 	}
+	ws, rej := restrict(ws, &rt.subset, &rt.selection)
+	if rej != nil {
+		return nil, nil, rej
+	}
 	dec, err := s.picker.Pick(ctx, r, ws)
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
@@ -93,7 +119,15 @@ func (s *Server) decide(ctx context.Context, ex *exchange) (*extprocv3.CommonRes
 		}
 		return nil, nil, &rejection{"picker_error", 503, "routing failed: " + err.Error()}
 	}
+	if s.cfg.ShedTTFT > 0 && sheds(dec, s.cfg.ShedTTFT) {
+		// Never an assignment: the reservation Pick made is released at once.
+		s.picker.Done(dec, scoring.Outcome{End: scoring.EndAborted, PromptTokens: -1, CompletionTokens: -1, CachedTokens: -1, Error: "shed"})
+		return nil, nil, &rejection{"shed", 429, fmt.Sprintf(
+			"Every worker's predicted time to first token exceeds %s; the request was shed. Retry later.", s.cfg.ShedTTFT)}
+	}
 	rt.dec = dec
+	rt.attributed = dec.Chosen
+	rt.attributed.Worker, rt.attributed.Address = dec.Worker, dec.Address
 	rt.routedAt = s.now()
 	s.inFlight.Add(1)
 	s.m.inFlight.WithLabelValues(dec.Worker).Inc()
@@ -106,9 +140,96 @@ func (s *Server) decide(ctx context.Context, ex *exchange) (*extprocv3.CommonRes
 	if ex.log.Enabled(ctx, slog.LevelDebug) { // the arguments would allocate even when not logged
 		ex.log.Debug("routed", "model", r.Model, "worker", dec.Worker, "policy", dec.Policy, "mode", dec.Mode, "reason", dec.Reason)
 	}
-	cr, md := routeMutation(s.cfg.DestinationHeader, s.cfg.metadataNamespace(), dec.Address)
+	var scores *structpb.Value
+	if s.cfg.EndpointScores {
+		scores = scoresValue(dec)
+	}
+	dest := dec.Address
+	if s.cfg.Fallbacks > 0 {
+		dest = strings.Join(destinations(dec, s.cfg.Fallbacks), ",")
+	}
+	cr, md := routeMutation(s.cfg.DestinationHeader, s.cfg.metadataNamespace(), dest, scores)
 	s.observeDecision(ex, cr)
 	return cr, md, nil
+}
+
+// restrict keeps the candidates the subset hint and the test selection
+// allow. A hint that names no endpoint, or none of the eligible ones (those
+// healthy and serving the model), is answered 503, as the protocol asks.
+func restrict(ws []discovery.Worker, subset, selection *endpointSet) ([]discovery.Worker, *rejection) {
+	for _, r := range [...]struct {
+		set  *endpointSet
+		name string
+	}{{subset, "subset"}, {selection, "test_selection"}} {
+		if !r.set.present {
+			continue
+		}
+		if r.set.empty() {
+			return nil, &rejection{r.name + "_empty", 503, "The " + strings.ReplaceAll(r.name, "_", " ") +
+				" names no endpoint; none can be picked."}
+		}
+		if ws = filterWorkers(ws, r.set); len(ws) == 0 {
+			return nil, &rejection{r.name + "_none_eligible", 503, "No endpoint of the " + strings.ReplaceAll(r.name, "_", " ") +
+				" is a healthy worker serving the model right now; retry later."}
+		}
+	}
+	return ws, nil
+}
+
+// sheds reports whether every candidate of d is predicted to take longer
+// than limit to the first token (a decision without predictions never
+// sheds).
+func sheds(d *scoring.Decision, limit time.Duration) bool {
+	if len(d.Candidates) == 0 {
+		return d.Chosen.PredictedTTFT > limit
+	}
+	for _, c := range d.Candidates {
+		if c.PredictedTTFT <= limit {
+			return false
+		}
+	}
+	return true
+}
+
+// servedBy records the endpoint the proxy reports as the one that served
+// the request. When it is another of the decision's candidates than the
+// chosen one (the proxy walked the fallback list), the assignment is moved
+// to that worker: its in-flight count, the picker's ledger (a Reassigner
+// picker) and, at the end, the outcome and the health report.
+func (s *Server) servedBy(ex *exchange, addr string) {
+	rt := &ex.route
+	if rt.dec == nil {
+		return // a local reply, or a request warmpath answered itself
+	}
+	rt.served = addr
+	switch {
+	case addr == "":
+		s.m.served.WithLabelValues("absent").Inc()
+		return
+	case sameEndpoint(rt.dec.Address, addr):
+		s.m.served.WithLabelValues("chosen").Inc()
+		return
+	}
+	i := slices.IndexFunc(rt.dec.Candidates, func(c scoring.Candidate) bool { return sameEndpoint(c.Address, addr) })
+	if i < 0 {
+		s.m.served.WithLabelValues("unknown").Inc()
+		ex.log.Warn("the proxy reports an endpoint that was no candidate as the one that served",
+			"served", addr, "chosen", rt.dec.Address)
+		return
+	}
+	s.m.served.WithLabelValues("fallback").Inc()
+	c := rt.dec.Candidates[i]
+	rt.attrMu.Lock()
+	defer rt.attrMu.Unlock()
+	if rt.ended.Load() || rt.attributed.Worker == c.Worker {
+		return
+	}
+	s.m.inFlight.WithLabelValues(rt.attributed.Worker).Dec()
+	s.m.inFlight.WithLabelValues(c.Worker).Inc()
+	if ra, ok := s.picker.(Reassigner); ok {
+		ra.Reassign(rt.dec, c.Worker)
+	}
+	rt.attributed = c
 }
 
 // watch hands one response chunk to the watcher, and tells the picker when
@@ -178,7 +299,7 @@ func (s *Server) expire(ex *exchange) {
 		return
 	}
 	ex.log.Info("assignment expired: no end of the response within the assignment TTL",
-		"worker", rt.dec.Worker, "ttl", s.cfg.AssignmentTTL)
+		"worker", rt.attributedTo().Worker, "ttl", s.cfg.AssignmentTTL)
 	s.ended(ex, scoring.Outcome{End: scoring.EndExpired, Duration: s.now().Sub(rt.routedAt),
 		PromptTokens: -1, CompletionTokens: -1, CachedTokens: -1})
 }
@@ -188,15 +309,16 @@ func (s *Server) expire(ex *exchange) {
 // after the pick.
 func (s *Server) ended(ex *exchange, o scoring.Outcome) {
 	rt := &ex.route
+	c := rt.attributedTo()
 	s.inFlight.Add(-1)
 	s.m.ended.WithLabelValues(string(o.End)).Inc()
-	s.m.inFlight.WithLabelValues(rt.dec.Worker).Dec()
-	s.om.outcome(rt.dec, o)
+	s.m.inFlight.WithLabelValues(c.Worker).Dec()
+	s.om.outcome(rt.dec, c, o)
 	// An assignment that ended before any response (the client left, or
 	// the upstream never answered) says nothing certain about the worker;
 	// the active health check judges those.
 	if s.health != nil && o.HTTPStatus != 0 {
-		s.health.ReportResult(rt.dec.Worker, o.HTTPStatus, nil)
+		s.health.ReportResult(c.Worker, o.HTTPStatus, nil)
 	}
 	s.picker.Done(rt.dec, o)
 }

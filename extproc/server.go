@@ -37,6 +37,17 @@ type FirstTokenObserver interface {
 	FirstToken(d *scoring.Decision)
 }
 
+// Reassigner is implemented by pickers that can move an assignment to
+// another candidate of its decision: the proxy reported that a fallback
+// endpoint served the request (it walked the destination list after a
+// failure), so the load and the outcome belong to that worker. The
+// scoring package's Router implements it.
+type Reassigner interface {
+	// Reassign attributes the assignment of d, which has not ended, to
+	// worker, one of d's candidates; it reports whether it did.
+	Reassign(d *scoring.Decision, worker string) bool
+}
+
 // Pool answers which workers may serve a model.
 type Pool interface {
 	// Candidates returns the healthy workers serving model, or every healthy

@@ -189,31 +189,33 @@ func (m *observeMetrics) decided(d *scoring.Decision) {
 	}
 }
 
-// outcome records prediction quality for an ended assignment.
-func (m *observeMetrics) outcome(d *scoring.Decision, o scoring.Outcome) {
-	if o.TTFT > 0 && d.Chosen.PredictedTTFT > 0 {
-		diff := (o.TTFT - d.Chosen.PredictedTTFT).Seconds()
-		m.ttftError.WithLabelValues(d.Worker).Observe(diff)
-		m.ttftRelError.WithLabelValues(d.Worker).Observe(math.Abs(diff) / o.TTFT.Seconds())
+// outcome records prediction quality for an ended assignment of d: c is
+// the candidate it is attributed to (the chosen one, or the fallback the
+// proxy reported as served), whose predictions it is held against.
+func (m *observeMetrics) outcome(d *scoring.Decision, c scoring.Candidate, o scoring.Outcome) {
+	if o.TTFT > 0 && c.PredictedTTFT > 0 {
+		diff := (o.TTFT - c.PredictedTTFT).Seconds()
+		m.ttftError.WithLabelValues(c.Worker).Observe(diff)
+		m.ttftRelError.WithLabelValues(c.Worker).Observe(math.Abs(diff) / o.TTFT.Seconds())
 	}
-	if tpot := o.TPOT(); tpot > 0 && d.Chosen.PredictedTPOT > 0 {
-		diff := (tpot - d.Chosen.PredictedTPOT).Seconds()
-		m.tpotError.WithLabelValues(d.Worker).Observe(diff)
-		m.tpotRelError.WithLabelValues(d.Worker).Observe(math.Abs(diff) / tpot.Seconds())
+	if tpot := o.TPOT(); tpot > 0 && c.PredictedTPOT > 0 {
+		diff := (tpot - c.PredictedTPOT).Seconds()
+		m.tpotError.WithLabelValues(c.Worker).Observe(diff)
+		m.tpotRelError.WithLabelValues(c.Worker).Observe(math.Abs(diff) / tpot.Seconds())
 	}
-	if e2e := o.E2E(); e2e > 0 && d.Chosen.PredictedE2E > 0 {
-		m.e2eRelError.WithLabelValues(d.Worker).Observe(math.Abs((e2e - d.Chosen.PredictedE2E).Seconds()) / e2e.Seconds())
+	if e2e := o.E2E(); e2e > 0 && c.PredictedE2E > 0 {
+		m.e2eRelError.WithLabelValues(c.Worker).Observe(math.Abs((e2e - c.PredictedE2E).Seconds()) / e2e.Seconds())
 	}
 	if d.SLO.TTFT > 0 || d.SLO.TPOT > 0 {
 		if o.End == scoring.EndCompleted && o.TTFT > 0 {
-			m.slo.WithLabelValues(metLabel(d.SLO.Met(d.Chosen.PredictedTTFT, d.Chosen.PredictedTPOT)),
+			m.slo.WithLabelValues(metLabel(d.SLO.Met(c.PredictedTTFT, c.PredictedTPOT)),
 				metLabel(d.SLO.Met(o.TTFT, o.TPOT()))).Inc()
 		}
 	}
 	if o.CachedTokens >= 0 && o.PromptTokens >= 0 {
-		m.cachedTokens.WithLabelValues(d.Worker, "actual").Add(float64(o.CachedTokens))
-		m.cachedTokens.WithLabelValues(d.Worker, "predicted").Add(float64(d.Chosen.CachedTokens))
-		m.promptTokens.WithLabelValues(d.Worker).Add(float64(o.PromptTokens))
+		m.cachedTokens.WithLabelValues(c.Worker, "actual").Add(float64(o.CachedTokens))
+		m.cachedTokens.WithLabelValues(c.Worker, "predicted").Add(float64(c.CachedTokens))
+		m.promptTokens.WithLabelValues(c.Worker).Add(float64(o.PromptTokens))
 	}
 }
 

@@ -139,9 +139,11 @@ func (l *learner) learn(a *assignment, o Outcome, now time.Time) learned {
 	// An outcome that waited for KV blocks says little about step
 	// times: the wait is priced separately and not fitted. Nor does one
 	// that waited behind requests no ledger knew of: fitted, their work
-	// would become this worker's slowness.
+	// would become this worker's slowness. Nor one moved by Reassign,
+	// whose inputs describe another worker and whose TTFT includes the
+	// failed attempt.
 	res.unexplained = a.unexplained
-	if a.kvWait == 0 && !a.unexplained {
+	if a.kvWait == 0 && !a.unexplained && !a.moved {
 		resets := st.cal.resets
 		res.outlier = st.cal.observe(w.features(), actual/a.pred.factor, l.cfg)
 		res.reset = st.cal.resets != resets

@@ -145,6 +145,9 @@ type assignment struct {
 	// decodeFrom and decodeTo are the worker's decode meter at its first
 	// token and at its end: its decode window.
 	decodeFrom, decodeTo meterReading
+	// moved is set when Reassign moved it to another candidate: its model
+	// inputs were gathered for the worker first chosen.
+	moved bool
 }
 
 // pastFirst reports whether a is (believed to be) decoding at t. When the

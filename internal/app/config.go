@@ -277,6 +277,9 @@ func (c *Config) Validate() error {
 		if w.DataParallelSize < 0 {
 			bad("workers[%d].data_parallel_size: must not be negative", i)
 		}
+		if w.Protocol != "" && w.Protocol != discovery.ProtocolH2C {
+			bad("workers[%d].protocol: want empty (HTTP/1.1) or %s, got %q", i, discovery.ProtocolH2C, w.Protocol)
+		}
 	}
 	errs = append(errs, within("extproc", c.ExtProc.Config.Validate())...)
 	if c.ExtProc.MaxRecvMsgBytes < 1<<20 {

@@ -32,8 +32,12 @@ import (
 )
 
 // healthServices are the gRPC health service names warmpath answers: the
-// default, the EPP protocol's liveness/readiness and the ext_proc service.
-var healthServices = []string{"", "liveness", "readiness", extprocv3.ExternalProcessor_ServiceDesc.ServiceName}
+// default, the EPP protocol's liveness/readiness, the ext_proc service and
+// "inference-extension" (what the Gateway API Inference Extension's
+// manifests and conformance suite probe, on the reference picker's separate
+// health port; warmpath answers it on the ext_proc port). All but liveness
+// follow readiness.
+var healthServices = []string{"", "liveness", "readiness", extprocv3.ExternalProcessor_ServiceDesc.ServiceName, "inference-extension"}
 
 // parts are warmpath's components as serve wires them, in the order a
 // request meets them (README: Architecture).

@@ -89,7 +89,7 @@ func TestServeReadinessAndGracefulDrain(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	for _, svc := range []string{"liveness", "envoy.service.ext_proc.v3.ExternalProcessor", ""} {
+	for _, svc := range []string{"liveness", "envoy.service.ext_proc.v3.ExternalProcessor", "", "inference-extension"} {
 		if st := check(svc); st != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("%q: %v", svc, st)
 		}
