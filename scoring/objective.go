@@ -100,10 +100,19 @@ func (warmpathPolicy) choose(v *view, score []float64) (int, string) {
 	return chooseE2E(v, score)
 }
 
+// chooseE2E scores each candidate by its predicted E2E and the slowdown
+// it imposes, weighted by SlowdownWeight, which also weighs what the pick
+// costs the cache: prefilling a prefix another candidate holds writes a
+// second copy over blocks the worker held for other prompts, which later
+// requests will compute again in the measure the workload comes back for
+// what caches hold (view.reuse). With no reuse (independent prompts) that
+// costs nothing; with much, a decode a little faster elsewhere no longer
+// outweighs the cache hit it gives up.
 func chooseE2E(v *view, score []float64) (int, string) {
 	for i := range v.cands {
 		c := &v.cands[i]
-		score[i] = c.PredictedE2E.Seconds() + v.cfg.SlowdownWeight*c.Slowdown.Seconds()
+		evicts := v.reuse * v.models[i].PrefillPerToken * max(v.uncached[i]-v.fewest, 0)
+		score[i] = c.PredictedE2E.Seconds() + v.cfg.SlowdownWeight*(c.Slowdown.Seconds()+evicts)
 	}
 	return banded(v, score, "predicted cost", func(c *Candidate, _ float64) string {
 		return fmt.Sprintf("TTFT %.3fs (wait %.3fs + prefill %.3fs, %d cached), then %d tokens at %.1f ms, adding %.3fs to %d decoding there",

@@ -35,6 +35,10 @@ type view struct {
 	out       float64 // the request's expected output tokens
 	slo       SLO     // the request's targets under the slo objective
 	blockSize int
+	// reuse is the share of prompt tokens recent requests found cached on
+	// their best candidate (see predictor.reuse); fewest the fewest
+	// uncached tokens any candidate of this request has.
+	reuse, fewest float64
 	// seq numbers committed decisions; it rotates tie-breaks.
 	seq uint64
 }

@@ -20,7 +20,14 @@ type predictor struct {
 	// ledgers and models are each candidate's ledger and learned model.
 	ledgers []*workerLedger
 	models  []*workerModel
+	// reuse is the share of each request's prompt its best candidate held
+	// cached, averaged over recent decisions: how much of what a cache
+	// holds the workload comes back for.
+	reuse float64
 }
+
+// reuseAlpha is the weight of one decision in predictor.reuse.
+const reuseAlpha = 0.02
 
 // predict fills every candidate's prediction on d and returns the view
 // the policies choose from, valid until the next call.
@@ -113,6 +120,15 @@ func (p *predictor) predict(r *Router, req *Request, d *Decision, ws Workers, f 
 		c.Decoding = int(math.Round(l.decoding))
 		c.KVUsage = l.kvUsage
 	}
+	if d.PromptTokens > 0 && n > 0 {
+		most := 0
+		for i := range d.Candidates {
+			most = max(most, d.Candidates[i].CachedTokens)
+		}
+		p.reuse += reuseAlpha * (float64(most)/float64(d.PromptTokens) - p.reuse)
+		v.fewest = float64(d.PromptTokens - most)
+	}
+	v.reuse = p.reuse
 	p.scores = grow(p.scores, n)
 	return v
 }
