@@ -21,6 +21,10 @@ type learner struct {
 	// unmeasured is set while some worker's decode model has had no
 	// measurement (see seedDecode).
 	unmeasured bool
+	// recent and vals are typicalTheta's scratch: while a worker is
+	// unmeasured it runs on every decode outcome.
+	recent []*calibrator
+	vals   []float64
 }
 
 // workerModel is what the learner knows of one worker.
@@ -271,16 +275,18 @@ func (l *learner) relaxIdle(ws Workers, busy func(worker string) bool, now time.
 // those calibrated at all; false when there are none.
 func (l *learner) typicalTheta(now time.Time, cal func(*workerModel) *calibrator) ([numParams]float64, bool) {
 	var out [numParams]float64
-	var recent []*calibrator
+	recent := l.recent[:0]
 	for _, st := range l.workers {
 		if c := cal(st); c.n > 0 && now.Sub(st.lastOutcome) < l.cfg.IdleRelax {
 			recent = append(recent, c)
 		}
 	}
+	l.recent = recent
 	if len(recent) == 0 {
 		return out, false
 	}
-	vals := make([]float64, len(recent))
+	vals := slices.Grow(l.vals[:0], len(recent))[:len(recent)]
+	l.vals = vals
 	for i := range out {
 		for j, c := range recent {
 			vals[j] = c.theta[i]
