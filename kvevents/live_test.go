@@ -269,7 +269,9 @@ func TestLiveSubscriberConverges(t *testing.T) {
 			t.Parallel()
 			eng := newFakeEngine(t, tc.topic, tc.replay, tc.replayTopic, tc.ringCap)
 			ix := newIndex(t, nil)
-			subs := newSubscribers(t, ix, Config{Topic: tc.topic, ReplayTimeout: 5 * time.Second}, component.Options{})
+			// A replay the fake engine answers must not time out because
+			// the machine is slow: the cases expect no reset from one.
+			subs := newSubscribers(t, ix, Config{Topic: tc.topic, ReplayTimeout: time.Minute}, component.Options{})
 			ctx := t.Context()
 			done := make(chan error, 1)
 			go func() { done <- subs.Run(ctx) }()
@@ -359,7 +361,13 @@ func indexStatusOf(ix *kvindex.Index, src kvindex.Source) kvindex.StreamStatus {
 // deadline only bounds a hung test; no timing is asserted.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	// No wall-clock bound of its own: under the race detector on a loaded
+	// machine convergence can take far longer than on an idle one. The
+	// test's own deadline ends a wait that would never succeed.
+	deadline := time.Now().Add(10 * time.Minute)
+	if d, ok := t.Deadline(); ok {
+		deadline = d.Add(-10 * time.Second)
+	}
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
