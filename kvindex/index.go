@@ -801,7 +801,7 @@ type chainWalk struct {
 // hash returns the keys of the next chunk of blocks, none past the cap.
 func (w *chainWalk) hash() []uint64 {
 	c := min(w.chunk, w.blocks-w.hashed, len(w.keys))
-	w.chunk *= 2
+	w.chunk = min(2*w.chunk, len(w.keys)) // doubling without a cap overflows on long chains
 	keys := w.keys[:c]
 	w.h = chainKeys(w.h, w.tokens[w.hashed*w.blockSize:], w.blockSize, keys)
 	w.hashed += c

@@ -529,3 +529,27 @@ func TestChainRoots(t *testing.T) {
 		})
 	}
 }
+
+// TestLookupLongChain looks up chains of up to 16,384 blocks (256K tokens
+// of 16-token blocks), whole and cut: the walk hashes chunks of doubling
+// size, which once overflowed and panicked past about 3,900 blocks.
+func TestLookupLongChain(t *testing.T) {
+	t.Parallel()
+	ix := newIndex(t, budget(1<<20))
+	for _, blocks := range []int{3000, 3900, 4000, 8192, 16384} {
+		prompt := seqTokens(blocks*100_000, blocks*16+1)
+		ev := Event{Kind: BlockStored, BlockSize: 16}
+		for i := range blocks {
+			ev.BlockHashes = append(ev.BlockHashes, uint64(blocks)<<32+uint64(i))
+		}
+		ev.TokenIDs = prompt[:blocks*16]
+		apply(ix, "w", ev)
+		got, _ := cachedOn(ix.Lookup(mkey, prompt, 16), "w")
+		if got != blocks*16 {
+			t.Errorf("%d blocks stored: lookup found %d tokens, want %d", blocks, got, blocks*16)
+		}
+		if got, _ := cachedOn(ix.Lookup(mkey, prompt[:blocks*8+1], 16), "w"); got != blocks*8 {
+			t.Errorf("%d blocks stored, half looked up: %d tokens, want %d", blocks, got, blocks*8)
+		}
+	}
+}
