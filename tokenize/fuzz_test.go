@@ -52,7 +52,7 @@ func FuzzEncode(f *testing.F) {
 					t.Fatalf("decode(encode(x)) = %q, want %q", got, want)
 				}
 			}
-			if len(s) > prefixKeyLen {
+			if len(s) >= checkpointSpacing {
 				c := NewPrefixCache(tk, 1<<20)
 				k := int(cut) % len(s)
 				c.Encode(s[:k], false)

@@ -3,55 +3,63 @@ package tokenize
 import (
 	"container/list"
 	"hash/maphash"
-	"slices"
 	"sort"
-	"strings"
 	"sync"
 )
 
-// A PrefixCache tokenizes texts that extend recently seen texts by
-// re-tokenizing only the new tail, as multi-turn conversations do: turn N+1
-// repeats the rendered prompt of turn N and appends to it.
+// A PrefixCache tokenizes texts that share a prefix with recently seen
+// texts by re-tokenizing only what follows the shared part: turn N+1 of a
+// conversation repeats the rendered prompt of turn N and appends to it;
+// requests of one application repeat its system prompt and differ after it.
 //
 // It splits a text only where the result stays exact: at the start of a
-// pre-token at least a safety margin before the end of the cached text,
-// between two ASCII characters of different kinds (letter, digit, space,
-// punctuation), so no pre-tokenizer pattern, added token or normalization
-// can reach across the split. SentencePiece-style files whose normalizer
-// only replaces spaces with U+2581 (Gemma 3) are split before a space
-// where no token joins U+2581 to the character before. For other files
-// (Llama 2's Prepend normalizer, Metaspace) it only reuses exact repeats.
+// pre-token at least a safety margin before the first byte that differs
+// from the cached text, between two ASCII characters of different kinds
+// (letter, digit, space, punctuation), so no pre-tokenizer pattern, added
+// token or normalization can reach across the split. SentencePiece-style
+// files whose normalizer only replaces spaces with U+2581 (Gemma 3) are
+// split before a space where no token joins U+2581 to the character
+// before. For other files (Llama 2's Prepend normalizer, Metaspace) it only
+// reuses exact repeats.
+//
+// Cached texts are found by the hashes of their prefixes at every
+// checkpointSpacing bytes, so the text sharing the longest prefix with a
+// new one is found with a binary search over the new text's checkpoints,
+// whatever the texts share: a system prompt under thousands of different
+// conversations costs no more than one conversation.
 //
 // A PrefixCache is safe for concurrent use. It holds at most about maxBytes
-// of texts, ids and split points, evicting the least recently used entries.
+// of texts, ids, split points and checkpoints, evicting the least recently
+// used entries.
 type PrefixCache struct {
 	t        *Tokenizer
 	maxBytes int
 	margin   int
 	seed     maphash.Seed
 
-	mu      sync.Mutex
-	byKey   map[uint64][]*prefixEntry
-	lru     list.List // of *prefixEntry, most recent at the front
-	used    int
-	hits    uint64
-	misses  uint64
-	tailLen uint64
+	mu sync.Mutex
+	// byPrefix maps the hash of a text's first k·checkpointSpacing bytes to
+	// the entry that last stored a text with that prefix.
+	byPrefix map[uint64]*prefixEntry
+	lru      list.List // of *prefixEntry, most recent at the front
+	used     int
+	hits     uint64
+	misses   uint64
+	tailLen  uint64
 }
 
 type prefixEntry struct {
-	key   uint64
 	text  string
 	ids   []uint32    // without post-processor tokens
 	marks []splitMark // safe split points, ascending
+	cps   []uint64    // hashes of the prefixes at each checkpoint
 	elem  *list.Element
 	size  int
-	hash  uint64 // maphash of text
 }
 
-// prefixKeyLen is how many leading bytes index an entry. Shorter texts are
-// tokenized directly.
-const prefixKeyLen = 64
+// checkpointSpacing is the distance in bytes between two indexed prefixes
+// of a cached text. Texts shorter than it are tokenized directly.
+const checkpointSpacing = 128
 
 // markSpacing is the least distance in bytes between two kept split points.
 const markSpacing = 96
@@ -67,13 +75,13 @@ func NewPrefixCache(t *Tokenizer, maxBytes int) *PrefixCache {
 		maxBytes: maxBytes,
 		margin:   margin,
 		seed:     maphash.MakeSeed(),
-		byKey:    make(map[uint64][]*prefixEntry),
+		byPrefix: make(map[uint64]*prefixEntry),
 	}
 }
 
 // PrefixCacheStats are counters of a PrefixCache.
 type PrefixCacheStats struct {
-	Hits, Misses uint64 // texts that did or did not extend a cached text
+	Hits, Misses uint64 // texts that did or did not reuse a cached text's ids
 	TailBytes    uint64 // bytes re-tokenized on hits
 	Entries      int
 	Bytes        int
@@ -90,18 +98,18 @@ func (c *PrefixCache) Stats() PrefixCacheStats {
 // belongs to the caller.
 func (c *PrefixCache) Encode(text string, addSpecialTokens bool) []uint32 {
 	t := c.t
-	if len(text) < prefixKeyLen {
+	if len(text) < checkpointSpacing {
 		return t.Encode(text, addSpecialTokens)
 	}
-	key := maphash.String(c.seed, text[:prefixKeyLen])
-	base, hash := c.lookup(key, text)
+	cps := c.checkpoints(text)
+	base, shared := c.lookup(text, cps)
 	var ids []uint32
 	var marks []splitMark
 	switch {
-	case base != nil && len(base.text) == len(text):
+	case base != nil && shared == len(text) && len(base.text) == len(text):
 		ids, marks = base.ids, base.marks
 	case base != nil && (t.splitSafe || t.spaceCut):
-		i := sort.Search(len(base.marks), func(i int) bool { return base.marks[i].off > len(base.text)-c.margin }) - 1
+		i := sort.Search(len(base.marks), func(i int) bool { return base.marks[i].off > shared-c.margin }) - 1
 		if i < 0 {
 			ids, marks = c.encodeFull(text)
 			break
@@ -124,8 +132,8 @@ func (c *PrefixCache) Encode(text string, addSpecialTokens bool) []uint32 {
 	default:
 		ids, marks = c.encodeFull(text)
 	}
-	if base == nil || len(base.text) != len(text) {
-		c.store(key, hash, text, ids, marks)
+	if base == nil || len(base.text) != len(text) || shared != len(text) {
+		c.store(text, cps, ids, marks)
 	}
 	out := make([]uint32, 0, len(t.prefixIDs)+len(ids)+len(t.suffixIDs))
 	if addSpecialTokens {
@@ -136,6 +144,19 @@ func (c *PrefixCache) Encode(text string, addSpecialTokens bool) []uint32 {
 		out = append(out, t.suffixIDs...)
 	}
 	return out
+}
+
+// checkpoints returns the hashes of text's first k·checkpointSpacing bytes
+// for every k ≥ 1 that fits, in one streaming pass.
+func (c *PrefixCache) checkpoints(text string) []uint64 {
+	cps := make([]uint64, len(text)/checkpointSpacing)
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	for k := range cps {
+		h.WriteString(text[k*checkpointSpacing : (k+1)*checkpointSpacing])
+		cps[k] = h.Sum64()
+	}
+	return cps
 }
 
 func (c *PrefixCache) encodeFull(text string) ([]uint32, []splitMark) {
@@ -226,82 +247,83 @@ func safeSplit(text string, off int) bool {
 	return ka != 3 && ka != asciiKind(b)
 }
 
-// lookup returns the longest cached text that text starts with. Candidates
-// are compared by a hash of text's prefix of their length, computed in one
-// streaming pass, so many long cached siblings cost one pass over text. It
-// also returns the hash of the whole text.
-func (c *PrefixCache) lookup(key uint64, text string) (*prefixEntry, uint64) {
+// lookup returns the cached entry sharing the longest prefix with text
+// (found by its checkpoints cps) and the length of the prefix they share,
+// or nil. Checkpoints are stored for every prefix of a text, so the longest
+// one present is found by binary search; a hash collision or a gap left by
+// an eviction only costs reuse, since the shared length is measured on the
+// bytes.
+func (c *PrefixCache) lookup(text string, cps []uint64) (*prefixEntry, int) {
 	c.mu.Lock()
-	var cands []*prefixEntry
-	for _, e := range c.byKey[key] {
-		if len(e.text) <= len(text) {
-			cands = append(cands, e)
-		}
+	k := sort.Search(len(cps), func(k int) bool { return c.byPrefix[cps[k]] == nil })
+	var e *prefixEntry
+	if k > 0 {
+		e = c.byPrefix[cps[k-1]]
 	}
 	c.mu.Unlock()
-	slices.SortFunc(cands, func(a, b *prefixEntry) int { return len(a.text) - len(b.text) })
-	var h maphash.Hash
-	h.SetSeed(c.seed)
-	pos := 0
-	var best *prefixEntry
-	for _, e := range cands {
-		h.WriteString(text[pos:len(e.text)])
-		pos = len(e.text)
-		if h.Sum64() == e.hash {
-			best = e
+	shared := 0
+	if e != nil {
+		if from := (k - 1) * checkpointSpacing; text[:from] == e.text[:from] {
+			shared = from + commonPrefix(text[from:], e.text[from:])
 		}
-	}
-	h.WriteString(text[pos:])
-	full := h.Sum64()
-	if best != nil && !strings.HasPrefix(text, best.text) {
-		best = nil // a hash collision
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if best == nil {
+	if shared < checkpointSpacing {
 		c.misses++
-		return nil, full
+		return nil, 0
 	}
 	c.hits++
-	c.lru.MoveToFront(best.elem) // a no-op if evicted meanwhile
-	return best, full
+	c.lru.MoveToFront(e.elem) // a no-op if evicted meanwhile
+	return e, shared
 }
 
-func (c *PrefixCache) store(key, hash uint64, text string, ids []uint32, marks []splitMark) {
-	size := len(text) + 4*len(ids) + 16*len(marks) + 128
+// commonPrefix returns the length of the longest common prefix of a and b.
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	const chunk = 64
+	i := 0
+	for i+chunk <= n && a[i:i+chunk] == b[i:i+chunk] {
+		i += chunk
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+func (c *PrefixCache) store(text string, cps []uint64, ids []uint32, marks []splitMark) {
+	size := len(text) + 4*len(ids) + 16*len(marks) + 48*len(cps) + 128
 	if size > c.maxBytes {
 		return
 	}
-	e := &prefixEntry{key: key, text: text, ids: ids, marks: marks, size: size, hash: hash}
+	e := &prefixEntry{text: text, ids: ids, marks: marks, cps: cps, size: size}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, old := range c.byKey[key] {
-		if old.hash == e.hash && old.text == text {
+	if n := len(cps); n > 0 {
+		if old := c.byPrefix[cps[n-1]]; old != nil && old.text == text {
 			c.lru.MoveToFront(old.elem)
 			return
 		}
 	}
 	e.elem = c.lru.PushFront(e)
-	c.byKey[key] = append(c.byKey[key], e)
+	for _, h := range cps {
+		c.byPrefix[h] = e
+	}
 	c.used += size
 	for c.used > c.maxBytes {
 		c.evict(c.lru.Back().Value.(*prefixEntry))
 	}
 }
 
+// evict drops e and the checkpoints that still lead to it; those a newer
+// entry took over stay.
 func (c *PrefixCache) evict(e *prefixEntry) {
 	c.lru.Remove(e.elem)
 	c.used -= e.size
-	list := c.byKey[e.key]
-	for i, x := range list {
-		if x == e {
-			list = append(list[:i], list[i+1:]...)
-			break
+	for _, h := range e.cps {
+		if c.byPrefix[h] == e {
+			delete(c.byPrefix, h)
 		}
-	}
-	if len(list) == 0 {
-		delete(c.byKey, e.key)
-	} else {
-		c.byKey[e.key] = list
 	}
 }

@@ -187,3 +187,37 @@ func BenchmarkPrefixCacheSecondTurn(b *testing.B) {
 		})
 	}
 }
+
+// TestPrefixCacheSiblings checks texts that share a prefix with a cached
+// text without extending it: requests under one system prompt, a text cut
+// short of a cached one, and a conversation whose middle changed. Each
+// must be exact, and those sharing a long prefix must reuse it.
+func TestPrefixCacheSiblings(t *testing.T) {
+	t.Parallel()
+	for _, fam := range goldenFamilies {
+		t.Run(fam, func(t *testing.T) {
+			tk := loadGoldenTokenizer(t, fam)
+			prompts := goldenConversation(t, 7, 30)
+			system := prompts[len(prompts)-1]
+			c := NewPrefixCache(tk, 64<<20)
+			check := func(what, text string) {
+				t.Helper()
+				if got, want := c.Encode(text, false), tk.Encode(text, false); !slices.Equal(got, want) {
+					t.Fatalf("%s (%d bytes): %s", what, len(text), diffIDs(tk, got, want))
+				}
+			}
+			for i := range 40 {
+				check(fmt.Sprintf("sibling %d", i), system+fmt.Sprintf("<|im_start|>user\nQuestion %d: which of these %d items matters?<|im_end|>\n", i, i*7))
+			}
+			st := c.Stats()
+			if (tk.splitSafe || tk.spaceCut) && (st.Hits < 39 || st.TailBytes > 39*2048) {
+				t.Errorf("siblings of one long prefix: %+v, want 39 hits re-tokenizing a short tail each", st)
+			}
+			for _, cut := range []int{len(system) / 3, len(system) - 1, len(system) / 2} {
+				check(fmt.Sprintf("cut at %d", cut), system[:cut])
+			}
+			edited := system[:len(system)/2] + " an edit in the middle " + system[len(system)/2:]
+			check("edited middle", edited)
+		})
+	}
+}
