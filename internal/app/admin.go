@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -21,10 +22,17 @@ type predictor interface {
 const maxLookupBody = 32 << 20
 
 // newAdminHandler serves the admin API: /metrics from reg, /healthz (the
-// process is alive), /readyz (ready() holds), /debug/workers and POST
-// /debug/lookup.
-func newAdminHandler(reg *prometheus.Registry, ready func() bool, pool extproc.Pool, pred predictor, status func() any) http.Handler {
+// process is alive), /readyz (ready() holds), /debug/workers, POST
+// /debug/lookup and, with withPProf, Go's profiler under /debug/pprof/.
+func newAdminHandler(reg *prometheus.Registry, ready func() bool, pool extproc.Pool, pred predictor, status func() any, withPProf bool) http.Handler {
 	mux := http.NewServeMux()
+	if withPProf {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index) // heap, mutex, block, goroutine, allocs, threadcreate
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))

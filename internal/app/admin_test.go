@@ -35,7 +35,7 @@ func TestDebugLookup(t *testing.T) {
 	pool.Apply([]discovery.Worker{{Name: "w0", Address: "127.0.0.1:1", Models: []string{"qwen3"}}})
 	reg := prometheus.NewRegistry()
 	pred := &recordingPredictor{}
-	srv := httptest.NewServer(newAdminHandler(reg, func() bool { return true }, pool, pred, func() any { return map[string]int{"workers": 1} }))
+	srv := httptest.NewServer(newAdminHandler(reg, func() bool { return true }, pool, pred, func() any { return map[string]int{"workers": 1} }, false))
 	defer srv.Close()
 	tests := []struct {
 		name, body string
@@ -76,5 +76,27 @@ func TestDebugLookup(t *testing.T) {
 				tc.check(t, string(b))
 			}
 		})
+	}
+}
+
+func TestPProfOnlyWhenEnabled(t *testing.T) {
+	t.Parallel()
+	pool, err := discovery.NewPool(nil, discovery.HealthConfig{ActiveInterval: -1}, component.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, on := range []bool{false, true} {
+		srv := httptest.NewServer(newAdminHandler(prometheus.NewRegistry(), func() bool { return true }, pool, &recordingPredictor{}, func() any { return nil }, on))
+		for _, path := range []string{"/debug/pprof/", "/debug/pprof/mutex?debug=1", "/debug/pprof/block?debug=1", "/debug/pprof/goroutine?debug=1"} {
+			resp, err := http.Get(srv.URL + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if want := map[bool]int{false: 404, true: 200}[on]; resp.StatusCode != want {
+				t.Errorf("pprof %v: GET %s = %d, want %d", on, path, resp.StatusCode, want)
+			}
+		}
+		srv.Close()
 	}
 }

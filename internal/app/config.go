@@ -62,6 +62,8 @@ type Config struct {
 	// Peers are the other warmpath replicas in front of the same workers,
 	// with which this one shares its in-flight ledger (peers.Config).
 	Peers peers.Config `yaml:"peers"`
+	// Debug switches on the profiling endpoints of the admin port.
+	Debug DebugConfig `yaml:"debug"`
 
 	path string // the file it was loaded from, for reloads
 }
@@ -74,6 +76,23 @@ type ListenConfig struct {
 	// Admin is the admin HTTP address (/metrics, /healthz, /readyz, /debug/*).
 	// Default ":9090".
 	Admin string `yaml:"admin"`
+}
+
+// DebugConfig switches on Go's profiler on the admin port. Profiles show
+// the code paths of every tenant's requests (never their contents), so they
+// are off by default.
+type DebugConfig struct {
+	// PProf serves net/http/pprof under /debug/pprof/ on the admin port.
+	// Default false.
+	PProf bool `yaml:"pprof"`
+	// MutexProfileFraction samples one in this many mutex contention events
+	// for /debug/pprof/mutex (runtime.SetMutexProfileFraction); 0 records
+	// none. Needs pprof. Default 0.
+	MutexProfileFraction int `yaml:"mutex_profile_fraction"`
+	// BlockProfileRate samples one blocking event per this many nanoseconds
+	// blocked for /debug/pprof/block (runtime.SetBlockProfileRate); 0
+	// records none. Needs pprof. Default 0.
+	BlockProfileRate int `yaml:"block_profile_rate"`
 }
 
 // ModelConfig describes one served model name.
@@ -215,6 +234,12 @@ func (c *Config) Validate() error {
 	}
 	if err := checkListen(c.Listen.Admin); err != nil {
 		bad("listen.admin: %w", err)
+	}
+	switch d := c.Debug; {
+	case d.MutexProfileFraction < 0 || d.BlockProfileRate < 0:
+		bad("debug: mutex_profile_fraction and block_profile_rate must not be negative")
+	case !d.PProf && (d.MutexProfileFraction > 0 || d.BlockProfileRate > 0):
+		bad("debug: mutex_profile_fraction and block_profile_rate need pprof: true")
 	}
 	if !slices.Contains(scoring.PolicyNames(), c.Policy) {
 		bad("policy: %q is not one of %s", c.Policy, strings.Join(scoring.PolicyNames(), ", "))

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -128,6 +129,11 @@ func assemble(ctx context.Context, cfg Config, eo embedOptions, reg prometheus.R
 // serve runs warmpath until ctx ends: the ext_proc gRPC server, the admin
 // HTTP server and the background loops, all under one errgroup.
 func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.Writer) error {
+	if cfg.Debug.PProf {
+		// The process's own profiling rates: warmpath is the only user.
+		runtime.SetMutexProfileFraction(cfg.Debug.MutexProfileFraction)
+		runtime.SetBlockProfileRate(cfg.Debug.BlockProfileRate)
+	}
 	reg := prometheus.NewRegistry()
 	p, err := assemble(ctx, cfg, eo, reg, stdout, stderr)
 	if err != nil {
@@ -174,7 +180,7 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		return st
 	}
 	admin := &http.Server{
-		Handler:           newAdminHandler(reg, ready, p.pool, p.router, status),
+		Handler:           newAdminHandler(reg, ready, p.pool, p.router, status, cfg.Debug.PProf),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 
