@@ -1,7 +1,9 @@
 package tokenize
 
 import (
+	"hash/maphash"
 	"math/bits"
+	"slices"
 	"sync/atomic"
 )
 
@@ -108,6 +110,11 @@ type bpeModel struct {
 	// merge loop. Written with atomics; every value written is the same
 	// for all writers, so races only repeat work.
 	whole []uint32
+
+	// words caches the ids of merged words that are not one token (see
+	// mergeCached); nil disables it.
+	words    []atomic.Pointer[cachedWord]
+	wordSeed maphash.Seed
 }
 
 // sentencePieceSplit enables cutting words before U+2581 where exact.
@@ -135,6 +142,38 @@ type bpeScratch struct {
 	prev  []int32
 	next  []int32
 	heap  []uint64
+
+}
+
+// Bounds of the merged-word cache (bpeModel.words): words longer than
+// maxCachedWord bytes are merged every time.
+const (
+	maxCachedWord = 32
+	wordCacheBits = 16
+)
+
+// cachedWord is one entry of the merged-word cache.
+type cachedWord struct {
+	word string
+	ids  []uint32
+}
+
+// mergeCached is merge, answered from the model's merged-word cache when w
+// was merged before. The cache is direct-mapped and lock-free: a slot holds
+// the latest word hashed to it, so concurrent encodes share it and a
+// collision only costs a merge.
+func (m *bpeModel) mergeCached(w []byte, ids []uint32, sc *bpeScratch) []uint32 {
+	if len(w) > maxCachedWord || m.words == nil {
+		return m.merge(w, ids, sc)
+	}
+	slot := &m.words[maphash.Bytes(m.wordSeed, w)&(1<<wordCacheBits-1)]
+	if c := slot.Load(); c != nil && c.word == string(w) {
+		return append(ids, c.ids...)
+	}
+	n := len(ids)
+	ids = m.merge(w, ids, sc)
+	slot.Store(&cachedWord{word: string(w), ids: slices.Clone(ids[n:])})
+	return ids
 }
 
 // smallWord is the length up to which the quadratic merge loop beats the heap.
@@ -185,7 +224,7 @@ func (m *bpeModel) mergeWord(w []byte, ids []uint32, sc *bpeScratch) []uint32 {
 			}
 		}
 	}
-	return m.merge(w, ids, sc)
+	return m.mergeCached(w, ids, sc)
 }
 
 // merge appends the ids of w after all merges, without shortcuts.

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"strconv"
+	"sync/atomic"
 )
 
 type patternJSON struct {
@@ -229,6 +231,7 @@ func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, []string, error
 	}
 	idToToken := make([]string, int(maxID)+1)
 	m.whole = make([]uint32, int(maxID)+1)
+	m.words, m.wordSeed = make([]atomic.Pointer[cachedWord], 1<<wordCacheBits), maphash.MakeSeed()
 	// key appends the model's key of a token as spelled in the file.
 	key := func(dst, s []byte) ([]byte, bool) {
 		if !byteLevel {
