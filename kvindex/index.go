@@ -568,18 +568,19 @@ func (ix *Index) AppendSpeculate(dst []uint64, worker string, key ChainKey, toke
 	if blockSize < 1 || len(tokens) < blockSize {
 		return dst
 	}
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	id, ok := ix.byName[slotName{worker, 0}]
-	if !ok {
-		return dst
-	}
-	s := ix.slots[id]
 	if key.Model == "" {
-		key.Model = s.model
+		ix.mu.RLock()
+		id, ok := ix.byName[slotName{worker, 0}]
+		if ok {
+			key.Model = ix.slots[id].model
+		}
+		ix.mu.RUnlock()
+		if !ok {
+			return dst
+		}
 	}
-	keys := BlockKeys(key, tokens, blockSize)
-	from := ix.speculateLocked(s, keys)
+	keys := BlockKeys(key, tokens, blockSize) // hashed before any lock is taken
+	from := ix.speculate(worker, keys)
 	return append(dst, keys[from:]...)
 }
 
@@ -587,16 +588,43 @@ func (ix *Index) AppendSpeculate(dst []uint64, worker string, key ChainKey, toke
 // AppendSpeculate returned for a request it routed there, as Speculate
 // does for this replica's own. Unknown workers are ignored.
 func (ix *Index) SpeculateKeys(worker string, keys []uint64) {
-	if len(keys) == 0 {
-		return
+	if len(keys) > 0 {
+		ix.speculate(worker, keys)
 	}
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	id, ok := ix.byName[slotName{worker, 0}]
-	if !ok {
-		return
+}
+
+// specChunk is how many blocks a speculation enters under one hold of the
+// write lock: a 100K-token prompt's 6,250 blocks go in a dozen holds, so
+// lookups and events wait for one chunk, not the whole prompt.
+const specChunk = 512
+
+// speculate enters keys, a chain root first, as speculative on worker's
+// rank 0, a chunk at a time from the tail (see speculateLocked), and
+// returns the index of the first key it entered (len(keys) when none). A
+// lookup between two chunks sees the chain's tail without its root, which
+// it cannot reach: it counts the speculation once it is whole.
+func (ix *Index) speculate(worker string, keys []uint64) int {
+	from := len(keys)
+	for hi := len(keys); hi > 0; {
+		lo := max(0, hi-specChunk)
+		ix.mu.Lock()
+		id, ok := ix.byName[slotName{worker, 0}]
+		if !ok {
+			ix.mu.Unlock()
+			return from
+		}
+		f := ix.speculateLocked(ix.slots[id], keys[lo:hi])
+		ix.mu.Unlock()
+		if f == hi-lo {
+			return from // nothing entered: the walk stopped at the chunk's tail
+		}
+		from = lo + f
+		if f > 0 {
+			return from // the walk stopped inside the chunk
+		}
+		hi = lo
 	}
-	ix.speculateLocked(ix.slots[id], keys)
+	return from
 }
 
 // speculateLocked enters keys, a chain root first, as speculative on s and

@@ -553,3 +553,36 @@ func TestLookupLongChain(t *testing.T) {
 		}
 	}
 }
+
+// TestSpeculateLongPrompt speculates prompts of several chunks (specChunk
+// blocks each, entered under separate holds of the lock) on a worker that
+// really holds a prefix of them: every block past the prefix is entered
+// once, and the chain reads whole.
+func TestSpeculateLongPrompt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ blocks, held int }{
+		{specChunk * 3, 100},           // stops inside the first chunk from the root
+		{specChunk*2 + 1, specChunk + 1}, // stops exactly at a chunk's tail
+		{specChunk * 2, 0},             // nothing held: every chunk
+	} {
+		ix := newIndex(t, budget(1<<20))
+		p := seqTokens(tc.blocks*1000, tc.blocks*testBlock+1)
+		apply(ix, "a", storeEv(p, 0, max(1, tc.held), 1<<20, ""))
+		if tc.held == 0 {
+			apply(ix, "a", removeEv("", 1<<20))
+		}
+		keys := ix.AppendSpeculate(nil, "a", mkey, p, testBlock)
+		if want := tc.blocks - tc.held; len(keys) != want {
+			t.Errorf("%d blocks, %d held: entered %d keys, want %d", tc.blocks, tc.held, len(keys), want)
+		}
+		if all := BlockKeys(mkey, p, testBlock); !slices.Equal(keys, all[tc.held:]) {
+			t.Errorf("%d blocks, %d held: the entered keys are not the chain past the held prefix", tc.blocks, tc.held)
+		}
+		if gpu, _ := cachedOn(ix.Lookup(mkey, p, testBlock), "a"); gpu != tc.blocks*testBlock {
+			t.Errorf("%d blocks, %d held: lookup found %d tokens, want %d", tc.blocks, tc.held, gpu, tc.blocks*testBlock)
+		}
+		if again := ix.AppendSpeculate(nil, "a", mkey, p, testBlock); len(again) != 0 {
+			t.Errorf("%d blocks: a second speculation entered %d keys, want none", tc.blocks, len(again))
+		}
+	}
+}
