@@ -131,6 +131,12 @@ func (s *Server) requestHeaders(ctx context.Context, ex *exchange, h *extprocv3.
 			p.method = headerValue(hv)
 		case "x-request-id":
 			req.ID = headerValue(hv)
+		case "content-length":
+			// The body is gathered in one buffer of about its size, up to
+			// maxBodyHint: a declared length reserves no more than that.
+			if n, err := strconv.Atoi(headerValue(hv)); err == nil && n > 0 {
+				p.body = make([]byte, 0, min(n, s.cfg.MaxBodyBytes, maxBodyHint))
+			}
 		case testSelectionHeader:
 			if !s.cfg.ConformanceTestHooks {
 				s.m.selectionIgnored.Inc() // a client must never choose its upstream
@@ -170,6 +176,10 @@ func (s *Server) requestHeaders(ctx context.Context, ex *exchange, h *extprocv3.
 	}
 }
 
+// maxBodyHint bounds the buffer a request's content-length reserves before
+// its body arrives.
+const maxBodyHint = 1 << 20
+
 func (s *Server) requestBody(ctx context.Context, ex *exchange, b *extprocv3.HttpBody) error {
 	p := &ex.proto
 	if !p.gotReqHeaders {
@@ -186,7 +196,11 @@ func (s *Server) requestBody(ctx context.Context, ex *exchange, b *extprocv3.Htt
 		return s.reject(ex, &rejection{"body_too_large", 413, fmt.Sprintf(
 			"request body exceeds the limit of %d bytes", s.cfg.MaxBodyBytes)})
 	}
-	p.body = append(p.body, b.GetBody()...)
+	if p.body == nil {
+		p.body = b.GetBody() // the message's own bytes: a body in one chunk is not copied
+	} else {
+		p.body = append(p.body, b.GetBody()...)
+	}
 	switch p.reqMode {
 	case modeBuffered:
 		// One message holds the whole body, even when trailers follow.

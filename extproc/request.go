@@ -33,15 +33,27 @@ func apiOf(method, path string) scoring.API {
 // body holds the routing-relevant fields of an OpenAI or Anthropic request.
 // Fields the router does not need stay raw and unparsed.
 type body struct {
-	Model               *string         `json:"model"`
-	Stream              bool            `json:"stream"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	CacheSalt           string          `json:"cache_salt"`
-	Tools               json.RawMessage `json:"tools"`
-	System              json.RawMessage `json:"system"`
-	Messages            json.RawMessage `json:"messages"`
-	Prompt              json.RawMessage `json:"prompt"`
+	Model               *string `json:"model"`
+	Stream              bool    `json:"stream"`
+	MaxTokens           *int    `json:"max_tokens"`
+	MaxCompletionTokens *int    `json:"max_completion_tokens"`
+	CacheSalt           string  `json:"cache_salt"`
+	Tools               rawRef  `json:"tools"`
+	System              rawRef  `json:"system"`
+	Messages            rawRef  `json:"messages"`
+	Prompt              rawRef  `json:"prompt"`
+}
+
+// rawRef is a JSON value left unparsed, as json.RawMessage, but kept as a
+// slice of the body instead of a copy: json.Unmarshal hands an Unmarshaler
+// a slice of its input, and the body is not changed while the request
+// lives. A chat's messages are most of its body.
+type rawRef []byte
+
+// UnmarshalJSON keeps b.
+func (r *rawRef) UnmarshalJSON(b []byte) error {
+	*r = b
+	return nil
 }
 
 // promptOf joins, in the order chat templates render them, the fields that
@@ -51,7 +63,7 @@ type body struct {
 // conversation share a prefix of it whatever else differs.
 func (b *body) promptOf() []byte {
 	n := 0
-	parts := [...]json.RawMessage{b.Tools, b.System, b.Messages, b.Prompt}
+	parts := [...]rawRef{b.Tools, b.System, b.Messages, b.Prompt}
 	for _, p := range parts {
 		n += len(p) + 1
 	}
@@ -145,7 +157,7 @@ func fill(r *scoring.Request, b *body, defaultModel string) error {
 	return nil
 }
 
-func isJSONArray(raw json.RawMessage) bool {
+func isJSONArray(raw rawRef) bool {
 	raw = bytes.TrimSpace(raw)
 	return len(raw) > 0 && raw[0] == '['
 }
@@ -153,7 +165,7 @@ func isJSONArray(raw json.RawMessage) bool {
 // promptTokenIDs validates a completions prompt, which may be a string, a
 // list of strings, a list of token ids or a list of such lists, and returns
 // the token ids of the first prompt when the client sent ids.
-func promptTokenIDs(raw json.RawMessage) ([]uint32, error) {
+func promptTokenIDs(raw rawRef) ([]uint32, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, badf("field \"prompt\" is required")

@@ -1,6 +1,8 @@
 package extproc
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"slices"
 	"testing"
@@ -142,4 +144,22 @@ func FuzzParseBody(f *testing.F) {
 			t.Fatal("accepted a request without a model")
 		}
 	})
+}
+
+// TestRawRefAliasesBody checks what rawRef relies on: json.Unmarshal hands
+// an Unmarshaler a slice of its input, not a scratch copy that a later
+// value would overwrite.
+func TestRawRefAliasesBody(t *testing.T) {
+	t.Parallel()
+	raw := []byte(`{"model":"m","tools":[{"a":1}],"messages":[{"role":"user","content":"hi"}],"prompt":"x"}`)
+	var b body
+	if err := json.Unmarshal(raw, &b); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]rawRef{"tools": b.Tools, "messages": b.Messages, "prompt": b.Prompt} {
+		i := bytes.Index(raw, f)
+		if i < 0 || &raw[i] != &f[0] {
+			t.Errorf("%s = %s is not a slice of the body", name, f)
+		}
+	}
 }

@@ -233,9 +233,29 @@ func (p *jsonParser) str() (string, error) {
 		p.i++
 	}
 	var b strings.Builder
+	// The decoded string is no longer than its source up to the closing
+	// quote: grow once, not byte by byte.
+	end := p.i
+	for end < len(p.s) && p.s[end] != '"' {
+		if p.s[end] == '\\' {
+			end++
+		}
+		end++
+	}
+	b.Grow(end - start)
 	b.Write(p.s[start:p.i])
 	for p.i < len(p.s) {
 		c := p.s[p.i]
+		if c != '"' && c != '\\' && c >= 0x20 {
+			// A run of plain bytes goes in at once.
+			j := p.i + 1
+			for j < len(p.s) && p.s[j] != '"' && p.s[j] != '\\' && p.s[j] >= 0x20 {
+				j++
+			}
+			b.Write(p.s[p.i:j])
+			p.i = j
+			continue
+		}
 		switch {
 		case c == '"':
 			p.i++
