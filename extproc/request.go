@@ -3,11 +3,11 @@ package extproc
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/warmpath/warmpath/scoring"
+	"github.com/warmpath/warmpath/tokenize"
 )
 
 // apiOf maps an HTTP method and path to the request surface. Query strings
@@ -30,30 +30,58 @@ func apiOf(method, path string) scoring.API {
 	return scoring.APIOther
 }
 
-// body holds the routing-relevant fields of an OpenAI or Anthropic request.
-// Fields the router does not need stay raw and unparsed.
+// body is the routing view of an OpenAI or Anthropic request: the fields
+// the router reads from the body parsed once (tokenize.Body), which the
+// tokenizer renders from too.
 type body struct {
-	Model               *string `json:"model"`
-	Stream              bool    `json:"stream"`
-	MaxTokens           *int    `json:"max_tokens"`
-	MaxCompletionTokens *int    `json:"max_completion_tokens"`
-	CacheSalt           string  `json:"cache_salt"`
-	Tools               rawRef  `json:"tools"`
-	System              rawRef  `json:"system"`
-	Messages            rawRef  `json:"messages"`
-	Prompt              rawRef  `json:"prompt"`
+	Model               *string
+	Stream              bool
+	MaxTokens           *int
+	MaxCompletionTokens *int
+	CacheSalt           string
+	Tools               rawRef
+	System              rawRef
+	Messages            rawRef
+	Prompt              rawRef
 }
 
-// rawRef is a JSON value left unparsed, as json.RawMessage, but kept as a
-// slice of the body instead of a copy: json.Unmarshal hands an Unmarshaler
-// a slice of its input, and the body is not changed while the request
-// lives. A chat's messages are most of its body.
+// rawRef is a JSON value left unparsed: a slice of the body, which is not
+// changed while the request lives.
 type rawRef []byte
 
-// UnmarshalJSON keeps b.
-func (r *rawRef) UnmarshalJSON(b []byte) error {
-	*r = b
-	return nil
+// routingFields reads b's routing fields from the parsed body pb. Errors
+// are *badRequest.
+func routingFields(pb *tokenize.Body) (body, error) {
+	var b body
+	var errs []error
+	str := func(key string) (string, bool) {
+		s, ok, err := pb.String(key)
+		errs = append(errs, err)
+		return s, ok
+	}
+	integer := func(key string) *int {
+		n, ok, err := pb.Int(key)
+		errs = append(errs, err)
+		if !ok {
+			return nil
+		}
+		return &n
+	}
+	if m, ok := str("model"); ok {
+		b.Model = &m
+	}
+	var err error
+	b.Stream, _, err = pb.Bool("stream")
+	errs = append(errs, err)
+	b.MaxTokens, b.MaxCompletionTokens = integer("max_tokens"), integer("max_completion_tokens")
+	b.CacheSalt, _ = str("cache_salt")
+	for _, err := range errs {
+		if err != nil {
+			return body{}, badf("invalid type for %s", strings.TrimPrefix(err.Error(), tokenize.ErrBodyType.Error()+": "))
+		}
+	}
+	b.Tools, b.System, b.Messages, b.Prompt = pb.Raw("tools"), pb.Raw("system"), pb.Raw("messages"), pb.Raw("prompt")
+	return b, nil
 }
 
 // promptOf joins, in the order chat templates render them, the fields that
@@ -102,18 +130,21 @@ func parseBody(r *scoring.Request, raw []byte, defaultModel string) (input []byt
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, badf("request body is empty; expected a JSON object")
 	}
-	var b body
-	if err := json.Unmarshal(raw, &b); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			return nil, badf("invalid type for field %q: expected %s", typeErr.Field, typeErr.Type)
-		}
-		return nil, badf("request body is not valid JSON: %v", err)
+	if t := bytes.TrimSpace(raw); t[0] != '{' && json.Valid(t) {
+		return nil, badf("request body must be a JSON object")
+	}
+	pb, err := tokenize.ParseBody(raw)
+	if err != nil {
+		return nil, badf("request body is not valid JSON: %v", strings.TrimPrefix(err.Error(), tokenize.ErrBadRequest.Error()+": invalid JSON: "))
+	}
+	b, err := routingFields(pb)
+	if err != nil {
+		return nil, err
 	}
 	if err := fill(r, &b, defaultModel); err != nil {
 		return nil, err
 	}
-	r.Body = raw
+	r.Body, r.Parsed = raw, pb
 	r.Prompt = b.promptOf()
 	return b.input(), nil
 }

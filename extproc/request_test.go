@@ -2,12 +2,12 @@ package extproc
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"slices"
 	"testing"
 
 	"github.com/warmpath/warmpath/scoring"
+	"github.com/warmpath/warmpath/tokenize"
 )
 
 func TestAPIOf(t *testing.T) {
@@ -146,20 +146,38 @@ func FuzzParseBody(f *testing.F) {
 	})
 }
 
-// TestRawRefAliasesBody checks what rawRef relies on: json.Unmarshal hands
-// an Unmarshaler a slice of its input, not a scratch copy that a later
-// value would overwrite.
-func TestRawRefAliasesBody(t *testing.T) {
+// TestRoutingFields checks the routing view of a parsed body: typed
+// fields, a clear error naming a field of the wrong type, and the raw JSON
+// of the prompt fields as slices of the body, not copies.
+func TestRoutingFields(t *testing.T) {
 	t.Parallel()
-	raw := []byte(`{"model":"m","tools":[{"a":1}],"messages":[{"role":"user","content":"hi"}],"prompt":"x"}`)
-	var b body
-	if err := json.Unmarshal(raw, &b); err != nil {
+	raw := []byte(`{"model":"m","stream":true,"max_tokens":7,"tools":[{"a":1}],"messages":[{"role":"user","content":"hi"}],"prompt":"x"}`)
+	pb, err := tokenize.ParseBody(raw)
+	if err != nil {
 		t.Fatal(err)
+	}
+	b, err := routingFields(pb)
+	if err != nil || *b.Model != "m" || !b.Stream || *b.MaxTokens != 7 || b.MaxCompletionTokens != nil {
+		t.Fatalf("fields %+v, err %v", b, err)
 	}
 	for name, f := range map[string]rawRef{"tools": b.Tools, "messages": b.Messages, "prompt": b.Prompt} {
 		i := bytes.Index(raw, f)
 		if i < 0 || &raw[i] != &f[0] {
 			t.Errorf("%s = %s is not a slice of the body", name, f)
+		}
+	}
+	for body, want := range map[string]string{
+		`{"model":5}`:             `invalid type for field "model": expected string`,
+		`{"stream":"yes"}`:        `invalid type for field "stream": expected bool`,
+		`{"max_tokens":1.5}`:      `invalid type for field "max_tokens": expected int`,
+		`{"max_tokens":1e400000}`: `invalid type for field "max_tokens": expected int`,
+	} {
+		pb, err := tokenize.ParseBody([]byte(body))
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		if _, err := routingFields(pb); err == nil || err.Error() != want {
+			t.Errorf("%s: error %v, want %q", body, err, want)
 		}
 	}
 }

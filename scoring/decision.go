@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/warmpath/warmpath/discovery"
+	"github.com/warmpath/warmpath/tokenize"
 )
 
 // API names the request surface a client used.
@@ -38,6 +39,9 @@ type Request struct {
 	// Body is the complete request body as received, for the tokenizer
 	// only, which renders it as the engine does. Read-only.
 	Body []byte
+	// Parsed is Body as the front end parsed it, so that the tokenizer
+	// does not parse it again; nil lets the tokenizer parse Body.
+	Parsed *tokenize.Body
 	// TokenIDs holds the prompt when a completions client sent token ids
 	// (the first prompt when it sent several); nil otherwise.
 	TokenIDs []uint32

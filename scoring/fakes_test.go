@@ -28,7 +28,7 @@ type fakeTokens struct {
 	err  error
 }
 
-func (f *fakeTokens) Tokenize(context.Context, string, tokenize.Kind, []byte, string) ([]uint32, string, error) {
+func (f *fakeTokens) Tokenize(context.Context, string, tokenize.Kind, *tokenize.Body, string) ([]uint32, string, error) {
 	if f.err != nil {
 		return nil, "", f.err
 	}

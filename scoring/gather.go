@@ -137,7 +137,11 @@ func (g *gatherer) tokensOf(ctx context.Context, req *Request, ws Workers) (ids 
 	if len(ws) > 0 {
 		base = "http://" + ws[int(g.next.Add(1)%uint64(len(ws)))].Address
 	}
-	ids, path, err := g.tokens.Tokenize(ctx, req.Model, kind, req.Body, base)
+	body := req.Parsed
+	if body == nil {
+		body = tokenize.UnparsedBody(req.Body)
+	}
+	ids, path, err := g.tokens.Tokenize(ctx, req.Model, kind, body, base)
 	switch {
 	case err != nil:
 		return nil, "none", err.Error()

@@ -21,7 +21,7 @@ import (
 // exact ids are available; the router then steps down to the approximate
 // mode and puts the error's text on the decision.
 type TokenSource interface {
-	Tokenize(ctx context.Context, model string, kind tokenize.Kind, body []byte, remoteBase string) (ids []uint32, path string, err error)
+	Tokenize(ctx context.Context, model string, kind tokenize.Kind, body *tokenize.Body, remoteBase string) (ids []uint32, path string, err error)
 }
 
 // PrefixIndex is the KV-cache index.

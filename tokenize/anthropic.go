@@ -34,16 +34,17 @@ func (c *ChatTemplate) renderAnthropic(body []byte) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("parse messages request: body is not an object: %w", ErrBadRequest)
 	}
+	return c.renderAnthropicRequest(req, len(body))
+}
+
+// renderAnthropicRequest renders a parsed Messages request; sizeHint is its
+// body's length.
+func (c *ChatTemplate) renderAnthropicRequest(req *jinja.Dict, sizeHint int) (string, error) {
 	oreq, err := anthropicToOpenAI(req)
 	if err != nil {
 		return "", err
 	}
-	in, err := c.openAIInput(oreq)
-	if err != nil {
-		return "", err
-	}
-	in.SizeHint = len(body)
-	return c.render(in)
+	return c.renderOpenAIRequest(oreq, sizeHint)
 }
 
 // anthropicToOpenAI builds the OpenAI chat request vLLM derives from a

@@ -142,7 +142,6 @@ type bpeScratch struct {
 	prev  []int32
 	next  []int32
 	heap  []uint64
-
 }
 
 // Bounds of the merged-word cache (bpeModel.words): words longer than

@@ -28,11 +28,32 @@ func (c *ChatTemplate) renderOpenAI(body []byte) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("parse chat request: body is not an object: %w", ErrBadRequest)
 	}
+	return c.renderOpenAIRequest(req, len(body))
+}
+
+// renderBody is RenderOpenAI (or RenderAnthropic with anthropic) of a body
+// parsed before.
+func (c *ChatTemplate) renderBody(b *Body, anthropic bool) (string, error) {
+	var out string
+	var err error
+	if anthropic {
+		out, err = c.renderAnthropicRequest(b.root, len(b.raw))
+		c.metrics.observe("anthropic", err)
+	} else {
+		out, err = c.renderOpenAIRequest(b.root, len(b.raw))
+		c.metrics.observe("openai", err)
+	}
+	return out, err
+}
+
+// renderOpenAIRequest renders a parsed chat request; sizeHint is its
+// body's length.
+func (c *ChatTemplate) renderOpenAIRequest(req *jinja.Dict, sizeHint int) (string, error) {
 	in, err := c.openAIInput(req)
 	if err != nil {
 		return "", err
 	}
-	in.SizeHint = len(body)
+	in.SizeHint = sizeHint
 	return c.render(in)
 }
 

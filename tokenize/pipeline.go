@@ -125,9 +125,9 @@ func NewPipelines(m *PipelineMetrics, ps ...*Pipeline) *Pipelines {
 	return set
 }
 
-// Tokenize is [Pipeline.Tokenize] on the pipeline of model.
-func (s *Pipelines) Tokenize(ctx context.Context, model string, kind Kind, body []byte, remoteBase string) ([]uint32, string, error) {
-	return s.pipeline(model).Tokenize(ctx, kind, body, remoteBase)
+// Tokenize is [Pipeline.TokenizeBody] on the pipeline of model.
+func (s *Pipelines) Tokenize(ctx context.Context, model string, kind Kind, body *Body, remoteBase string) ([]uint32, string, error) {
+	return s.pipeline(model).TokenizeBody(ctx, kind, body, remoteBase)
 }
 
 func (s *Pipelines) pipeline(model string) *Pipeline {
@@ -150,7 +150,21 @@ func (p *Pipeline) Local() bool { return p.tok != nil }
 // disables the remote path. The error wraps ErrNoTokens and says why each
 // path failed.
 func (p *Pipeline) Tokenize(ctx context.Context, kind Kind, body []byte, remoteBase string) ([]uint32, string, error) {
-	ids, lerr := p.local(kind, body)
+	b, err := ParseBody(body)
+	if err != nil {
+		p.count("none", reasonOf(err))
+		return nil, "none", fmt.Errorf("%w: %v", ErrNoTokens, err)
+	}
+	return p.TokenizeBody(ctx, kind, b, remoteBase)
+}
+
+// TokenizeBody is Tokenize of a body parsed before: the router parses each
+// body once, for its own fields and for the chat template.
+func (p *Pipeline) TokenizeBody(ctx context.Context, kind Kind, b *Body, remoteBase string) ([]uint32, string, error) {
+	if b.root == nil {
+		return p.Tokenize(ctx, kind, b.raw, remoteBase)
+	}
+	ids, lerr := p.local(kind, b)
 	if lerr == nil {
 		p.count(PathLocal, "")
 		return ids, PathLocal, nil
@@ -159,7 +173,7 @@ func (p *Pipeline) Tokenize(ctx context.Context, kind Kind, body []byte, remoteB
 		p.count("none", "no_remote")
 		return nil, "none", fmt.Errorf("%w: local: %v; remote: no worker to ask", ErrNoTokens, lerr)
 	}
-	ids, rerr := p.viaRemote(ctx, kind, body, remoteBase)
+	ids, rerr := p.viaRemote(ctx, kind, b.raw, remoteBase)
 	if rerr == nil {
 		p.count(PathRemote, reasonOf(lerr))
 		return ids, PathRemote, nil
@@ -170,7 +184,7 @@ func (p *Pipeline) Tokenize(ctx context.Context, kind Kind, body []byte, remoteB
 
 var errNoLocal = errors.New("no local tokenizer configured")
 
-func (p *Pipeline) local(kind Kind, body []byte) ([]uint32, error) {
+func (p *Pipeline) local(kind Kind, b *Body) ([]uint32, error) {
 	if p.tok == nil {
 		return nil, errNoLocal
 	}
@@ -179,18 +193,14 @@ func (p *Pipeline) local(kind Kind, body []byte) ([]uint32, error) {
 		if p.tmpl == nil {
 			return nil, p.tmplEr
 		}
-		render := p.tmpl.RenderOpenAI
-		if kind == KindMessages {
-			render = p.tmpl.RenderAnthropic
-		}
-		text, err := render(body)
+		text, err := p.tmpl.renderBody(b, kind == KindMessages)
 		if err != nil {
 			return nil, err
 		}
 		// vLLM renders special tokens into the text; it adds none.
 		return p.cache.Encode(text, false), nil
 	default:
-		c, err := parseCompletion(body)
+		c, err := parseCompletion(b.raw)
 		if err != nil {
 			return nil, err
 		}

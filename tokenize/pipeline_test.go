@@ -104,15 +104,56 @@ func TestPipelines(t *testing.T) {
 		t.Fatal(err)
 	}
 	set := NewPipelines(nil, local)
-	ids, path, err := set.Tokenize(t.Context(), "qwen3", KindCompletion, []byte(`{"prompt":"Hello there"}`), "")
+	body, err := ParseBody([]byte(`{"prompt":"Hello there"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, path, err := set.Tokenize(t.Context(), "qwen3", KindCompletion, body, "")
 	if err != nil || path != PathLocal || len(ids) == 0 {
 		t.Fatalf("configured model: ids %v path %q err %v", ids, path, err)
 	}
-	_, path, err = set.Tokenize(t.Context(), "unlisted", KindCompletion, []byte(`{"prompt":"Hello there"}`), "")
+	_, path, err = set.Tokenize(t.Context(), "unlisted", KindCompletion, body, "")
 	if !errors.Is(err, ErrNoTokens) || path != "none" {
 		t.Fatalf("unlisted model without a worker to ask: path %q err %v", path, err)
 	}
 	if p := set.pipeline("unlisted"); p.Local() || p != set.pipeline("unlisted") {
 		t.Fatal("the unlisted model's pipeline is not one remote-only pipeline")
+	}
+}
+
+func TestParseBody(t *testing.T) {
+	t.Parallel()
+	b, err := ParseBody([]byte(` {"model":"a","Model":"b","stream":true,"max_tokens":12,"n":1.5,"big":123456789012345678901234567890,` +
+		`"messages":[{"role":"user","content":"hi"}],"model":"c","salt":null}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok, err := b.String("model"); s != "c" || !ok || err != nil {
+		t.Errorf(`String("model") = %q, %v, %v; want the last value "c"`, s, ok, err)
+	}
+	if v, ok, err := b.Bool("stream"); !v || !ok || err != nil {
+		t.Errorf(`Bool("stream") = %v, %v, %v`, v, ok, err)
+	}
+	if n, ok, err := b.Int("max_tokens"); n != 12 || !ok || err != nil {
+		t.Errorf(`Int("max_tokens") = %v, %v, %v`, n, ok, err)
+	}
+	for _, key := range []string{"n", "big", "stream"} {
+		if _, _, err := b.Int(key); !errors.Is(err, ErrBodyType) {
+			t.Errorf("Int(%q): err %v, want ErrBodyType", key, err)
+		}
+	}
+	if _, ok, err := b.String("salt"); ok || err != nil {
+		t.Errorf(`String("salt") of null: ok %v err %v, want absent`, ok, err)
+	}
+	if got := string(b.Raw("messages")); got != `[{"role":"user","content":"hi"}]` {
+		t.Errorf(`Raw("messages") = %s`, got)
+	}
+	if b.Raw("tools") != nil || b.Kind("tools") != "null" || b.Kind("messages") != "array" || b.Kind("n") != "number" {
+		t.Error("Raw or Kind of an absent or present field is wrong")
+	}
+	for _, bad := range []string{``, `[1,2]`, `"x"`, `{"a":1`, `{"a":1} {}`, `{"a":}`} {
+		if _, err := ParseBody([]byte(bad)); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("ParseBody(%q): err %v, want ErrBadRequest", bad, err)
+		}
 	}
 }

@@ -39,9 +39,39 @@ func ParseJSON(data []byte) (Value, error) {
 	return v, nil
 }
 
+// Member is a top-level member of a JSON object: its key and where its
+// value lies in the document.
+type Member struct {
+	Key        string
+	Start, End int // the value is data[Start:End]
+}
+
+// ParseJSONObject is ParseJSON for a document that must be an object. It
+// also returns the object's members in document order (a repeated key
+// appears each time; its last value is the one the Dict holds), so a caller
+// can read a member's raw JSON without parsing the document again.
+func ParseJSONObject(data []byte) (*Dict, []Member, error) {
+	var members []Member
+	p := jsonParser{s: data, top: &members}
+	p.ws()
+	if p.i >= len(p.s) || p.s[p.i] != '{' {
+		return nil, nil, p.errf("expected a JSON object")
+	}
+	v, err := p.value(0)
+	if err != nil {
+		return nil, nil, err
+	}
+	p.ws()
+	if p.i != len(p.s) {
+		return nil, nil, p.errf("trailing data")
+	}
+	return v.(*Dict), members, nil
+}
+
 type jsonParser struct {
-	s []byte
-	i int
+	s   []byte
+	i   int
+	top *[]Member // where the top-level object's members are recorded, if not nil
 }
 
 func (p *jsonParser) errf(format string, a ...any) error {
@@ -90,9 +120,13 @@ func (p *jsonParser) value(depth int) (Value, error) {
 			}
 			p.i++
 			p.ws()
+			start := p.i
 			v, err := p.value(depth + 1)
 			if err != nil {
 				return nil, err
+			}
+			if depth == 0 && p.top != nil {
+				*p.top = append(*p.top, Member{k, start, p.i})
 			}
 			d.Set(k, v)
 			p.ws()
