@@ -94,3 +94,23 @@ func cborHead(b []byte, major byte, n uint64) []byte {
 func cborText(b []byte, s string) []byte {
 	return append(cborHead(b, 3, uint64(len(s))), s...)
 }
+
+// ChainHasher computes vLLM's sha256_cbor block hashes for tools that
+// publish KV events without running an engine (load drivers). It is not
+// safe for concurrent use.
+type ChainHasher struct{ h *hasher }
+
+// NewChainHasher returns a hasher with vLLM's seed (DefaultHashSeed when
+// seed is empty).
+func NewChainHasher(seed string) *ChainHasher {
+	if seed == "" {
+		seed = DefaultHashSeed
+	}
+	return &ChainHasher{newHasher(seed)}
+}
+
+// Extend appends to hashes the hashes of the full blocks of tokens from
+// block len(hashes) on, for the base model without a cache salt.
+func (c *ChainHasher) Extend(hashes []BlockHash, tokens []uint32, blockSize int) []BlockHash {
+	return c.h.chain(hashes, tokens, blockSize, func(int) []string { return nil })
+}

@@ -1,0 +1,538 @@
+// Command loadbench measures warmpath's decision latency and CPU under
+// load, at the request level (DESIGN.md §5). It starts `warmpath serve` as
+// a real process in front of fake engines that publish real vLLM KV events
+// over ZeroMQ (and serve /metrics and /health), and plays Envoy: one
+// ext_proc stream per request in FULL_DUPLEX_STREAMED mode over a few
+// HTTP/2 connections, at a fixed open-loop rate, with the response played
+// back through the stream (headers, a chunk per token, usage).
+//
+// It reports, per scenario and run: the decision latency from warmpath's
+// own histogram (warmpath_decision_duration_seconds) and from the client's
+// side (end of the request body → the routing reply), warmpath's CPU per
+// request and cores, and whether the queue grew.
+//
+//	go run ./e2e/cmd/loadbench -out /tmp/load               # every scenario
+//	go run ./e2e/cmd/loadbench -scenarios chat8k -runs 1 -duration 10s
+//
+// The scenarios:
+//   - chat8k: 8K-token chats at -rate (500/s): 64 families of a ~7K-token
+//     shared conversation, each request one of 2,048 user messages; each
+//     family's prefix starts cached on 7–10 of the 16 workers.
+//   - chat100k: one request at a time, 100K-token chats: cold (a new
+//     conversation each time), and warm in both growth patterns (the
+//     assistant's reply and a user message; a user message only).
+//   - short: ~220-token chats at each of -short-rates, for the highest rate
+//     with client p99 ≤ 2 ms.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/warmpath/warmpath/tokenize"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "loadbench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	scenarios  []string
+	runs       int
+	duration   time.Duration
+	warmup     time.Duration
+	rate       float64
+	shortRates []float64
+	workers    int
+	conns      int
+	binary     string
+	tokenizer  string
+	out        string
+	pprof      bool
+	seed       uint64
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("loadbench", flag.ContinueOnError)
+	var o options
+	scen := fs.String("scenarios", "chat8k,chat100k,short", "comma-separated: chat8k, chat100k, short")
+	fs.IntVar(&o.runs, "runs", 5, "runs of each rate scenario (each with a fresh warmpath)")
+	fs.DurationVar(&o.duration, "duration", 30*time.Second, "measured time of a rate run")
+	fs.DurationVar(&o.warmup, "warmup", 5*time.Second, "unmeasured load before each rate run")
+	fs.Float64Var(&o.rate, "rate", 500, "chat8k requests per second")
+	rates := fs.String("short-rates", "1000,2000,3000", "short-chat rates to try, requests per second")
+	fs.IntVar(&o.workers, "workers", 16, "fake engines")
+	fs.IntVar(&o.conns, "conns", 2, "HTTP/2 connections to the ext_proc port (Envoy opens one per worker thread)")
+	fs.StringVar(&o.binary, "warmpath", "", "warmpath binary (default: go build ./cmd/warmpath)")
+	fs.StringVar(&o.tokenizer, "tokenizer", "tokenize/testdata/models/qwen3", "tokenizer directory of the served model")
+	fs.StringVar(&o.out, "out", "", "directory for results.md and warmpath's logs (default: a temporary one)")
+	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof with mutex and block profiling (costs CPU; for profiling, not for figures)")
+	fs.Uint64Var(&o.seed, "seed", 1, "workload seed")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	o.scenarios = strings.Split(*scen, ",")
+	for _, r := range strings.Split(*rates, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(r), 64)
+		if err != nil {
+			return fmt.Errorf("-short-rates: %w", err)
+		}
+		o.shortRates = append(o.shortRates, v)
+	}
+	if o.out == "" {
+		d, err := os.MkdirTemp("", "loadbench-out")
+		if err != nil {
+			return err
+		}
+		o.out = d
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	if o.binary == "" {
+		o.binary = filepath.Join(o.out, "warmpath")
+		b := exec.CommandContext(ctx, "go", "build", "-o", o.binary, "github.com/warmpath/warmpath/cmd/warmpath")
+		b.Stdout, b.Stderr = os.Stderr, os.Stderr
+		if err := b.Run(); err != nil {
+			return fmt.Errorf("build warmpath: %w", err)
+		}
+	}
+	pipe, err := tokenize.NewPipeline("qwen3", o.tokenizer, 256<<20, nil)
+	if err != nil {
+		return err
+	}
+	rep := &report{}
+	for _, sc := range o.scenarios {
+		var err error
+		switch strings.TrimSpace(sc) {
+		case "chat8k":
+			err = chat8k(ctx, o, pipe, rep)
+		case "chat100k":
+			err = chat100k(ctx, o, pipe, rep)
+		case "short":
+			err = short(ctx, o, pipe, rep)
+		default:
+			err = fmt.Errorf("unknown scenario %q", sc)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", sc, err)
+		}
+	}
+	md := rep.markdown(o)
+	fmt.Fprint(stdout, md)
+	return os.WriteFile(filepath.Join(o.out, "results.md"), []byte(md), 0o644)
+}
+
+func (o options) stackOptions(name string, capBlocks int) stackOptions {
+	return stackOptions{binary: o.binary, tokenizer: o.tokenizer, workers: o.workers, conns: o.conns, capBlocks: capBlocks,
+		pprof: o.pprof, logPath: filepath.Join(o.out, name+".log")}
+}
+
+// rateRun is one run at a fixed open-loop rate.
+type rateRun struct {
+	scenario       string
+	rate           float64
+	sent, failed   int
+	firstErr       string
+	client         []time.Duration // routing latency seen by the driver, sorted
+	firstP50       time.Duration   // client p50 over the first and last third of the run
+	lastP50        time.Duration
+	late           int     // requests still waiting for routing when the schedule ended
+	wpP50, wpP99   float64 // seconds, from warmpath's histogram
+	cores          float64 // warmpath CPU seconds per second
+	cpuPerReq      float64 // warmpath CPU seconds per request
+	driverCores    float64
+	chunksPerSec   float64
+	achievedPerSec float64
+}
+
+// grew says whether the queue ran away: requests left waiting at the end,
+// or a last third much slower than the first.
+func (r *rateRun) grew() bool {
+	return r.late > int(r.rate/10)+1 || r.lastP50 > 3*r.firstP50+time.Millisecond
+}
+
+func pct(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	return d[min(len(d)-1, int(q*float64(len(d))))]
+}
+
+// drawer draws the next request of a workload.
+type drawer func(rng *rand.Rand) request
+
+// runRate plays draw at rate for warmup then duration on s and measures
+// the second part.
+func runRate(ctx context.Context, s *stack, o options, name string, rate float64, draw drawer, resp response) (*rateRun, error) {
+	if o.warmup > 0 {
+		if _, err := schedule(ctx, s, rate, o.warmup, draw, resp, o.seed+99); err != nil {
+			return nil, err
+		}
+	}
+	before, err := s.scrapeHistogram("warmpath_decision_duration_seconds")
+	if err != nil {
+		return nil, err
+	}
+	cpu0, err := s.cpu()
+	if err != nil {
+		return nil, err
+	}
+	self0 := selfCPU()
+	t0 := time.Now()
+	var profiled sync.WaitGroup
+	if o.pprof {
+		profiled.Go(func() { saveCPUProfile(s, o.out, name, max(time.Second, o.duration-time.Second)) })
+	}
+	res, err := schedule(ctx, s, rate, o.duration, draw, resp, o.seed)
+	profiled.Wait()
+	if err != nil {
+		return nil, err
+	}
+	wall := time.Since(t0).Seconds()
+	cpu1, _ := s.cpu()
+	after, err := s.scrapeHistogram("warmpath_decision_duration_seconds")
+	if err != nil {
+		return nil, err
+	}
+	res.scenario, res.rate = name, rate
+	res.wpP50, res.wpP99 = quantile(0.5, before, after), quantile(0.99, before, after)
+	res.cores = (cpu1 - cpu0) / wall
+	res.cpuPerReq = (cpu1 - cpu0) / float64(max(1, res.sent))
+	res.driverCores = (selfCPU() - self0) / wall
+	res.chunksPerSec = float64(res.sent*(resp.tokens+1)) / wall
+	return res, nil
+}
+
+// schedule sends requests with exponential gaps (a Poisson process) at
+// rate for d, each on its own stream, and waits for all of them to end.
+func schedule(ctx context.Context, s *stack, rate float64, d time.Duration, draw drawer, resp response, seed uint64) (*rateRun, error) {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	var mu sync.Mutex
+	res := &rateRun{}
+	type sample struct {
+		at time.Time
+		d  time.Duration
+	}
+	var samples []sample
+	var waiting atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	next := start
+	end := start.Add(d)
+	i := 0
+	for next.Before(end) {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if wait := time.Until(next); wait > 0 {
+			time.Sleep(wait)
+		}
+		req := draw(rng)
+		conn := s.conns[i%len(s.conns)]
+		i++
+		next = next.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
+		wg.Add(1)
+		waiting.Add(1)
+		go func() {
+			defer wg.Done()
+			routed := func(ep string) int {
+				waiting.Add(-1)
+				e := s.byAddr[ep]
+				if e == nil {
+					return 0
+				}
+				cached := e.cached(req.hashes) * 16
+				e.running.Add(1)
+				time.AfterFunc(resp.ttft, func() { e.store(req.hashes, req.tokens, false) })
+				return cached
+			}
+			o := play(ctx, conn, req.body, resp, len(req.tokens), routed)
+			if e := s.byAddr[o.worker]; e != nil {
+				e.running.Add(-1)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			res.sent++
+			if o.err != nil {
+				if o.worker == "" {
+					waiting.Add(-1)
+				}
+				res.failed++
+				if res.firstErr == "" {
+					res.firstErr = o.err.Error()
+				}
+				return
+			}
+			samples = append(samples, sample{o.sent, o.routing})
+		}()
+	}
+	res.late = int(waiting.Load())
+	wg.Wait()
+	slices.SortFunc(samples, func(a, b sample) int { return a.at.Compare(b.at) })
+	third := len(samples) / 3
+	p50 := func(ss []sample) time.Duration {
+		ds := make([]time.Duration, len(ss))
+		for i, s := range ss {
+			ds[i] = s.d
+		}
+		slices.Sort(ds)
+		return pct(ds, 0.5)
+	}
+	res.firstP50, res.lastP50 = p50(samples[:third]), p50(samples[len(samples)-third:])
+	for _, s := range samples {
+		res.client = append(res.client, s.d)
+	}
+	slices.Sort(res.client)
+	res.achievedPerSec = float64(len(samples)) / d.Seconds()
+	return res, nil
+}
+
+// warmFamilies publishes each family's shared prefix on 7 to 10 of the
+// engines, the warm pool the budgets are stated for.
+func warmFamilies(s *stack, fw *familyWorkload, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 5))
+	for f := range fw.families {
+		n := min(len(s.engines), 7+rng.IntN(4))
+		for _, i := range rng.Perm(len(s.engines))[:n] {
+			s.engines[i].store(fw.prefixH[f], fw.prefix[f], true)
+		}
+	}
+	time.Sleep(time.Second) // the events reach the index
+}
+
+func chat8k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *report) error {
+	fw, err := newFamilyWorkload(ctx, pipe, o.seed, 64, promptWords(7000), 6, 2048, promptWords(1000), 16)
+	if err != nil {
+		return err
+	}
+	resp := response{ttft: 40 * time.Millisecond, itl: 15 * time.Millisecond, tokens: 16}
+	for r := range o.runs {
+		s, err := startStack(ctx, o.stackOptions(fmt.Sprintf("chat8k-%d", r), 40000))
+		if err != nil {
+			return err
+		}
+		warmFamilies(s, fw, o.seed+uint64(r))
+		res, err := runRate(ctx, s, o, "chat8k", o.rate, fw.next, resp)
+		if o.pprof && err == nil {
+			err = saveProfiles(s, o.out, fmt.Sprintf("chat8k-%d", r))
+		}
+		s.close()
+		if err != nil {
+			return err
+		}
+		rep.rate = append(rep.rate, res)
+		fmt.Fprintf(os.Stderr, "chat8k run %d: %s\n", r, res.line())
+	}
+	return nil
+}
+
+func short(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *report) error {
+	fw, err := newFamilyWorkload(ctx, pipe, o.seed, 16, promptWords(150), 0, 4096, promptWords(70), 8)
+	if err != nil {
+		return err
+	}
+	resp := response{ttft: 20 * time.Millisecond, itl: 10 * time.Millisecond, tokens: 4}
+	runs := max(1, o.runs/2)
+	for _, rate := range o.shortRates {
+		for r := range runs {
+			s, err := startStack(ctx, o.stackOptions(fmt.Sprintf("short-%g-%d", rate, r), 40000))
+			if err != nil {
+				return err
+			}
+			warmFamilies(s, fw, o.seed+uint64(r))
+			res, err := runRate(ctx, s, o, "short", rate, fw.next, resp)
+			s.close()
+			if err != nil {
+				return err
+			}
+			rep.rate = append(rep.rate, res)
+			fmt.Fprintf(os.Stderr, "short %g/s run %d: %s\n", rate, r, res.line())
+		}
+	}
+	return nil
+}
+
+// longRun is the CPU of one request at a time on 100K-token chats.
+type longRun struct {
+	pattern   string
+	tokens    int
+	cpuPerReq []float64 // seconds, per run
+	client    []time.Duration
+}
+
+func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *report) error {
+	const n = 20
+	resp := response{ttft: 5 * time.Millisecond, itl: time.Millisecond, tokens: 2}
+	for r := range max(1, o.runs/2+1) {
+		s, err := startStack(ctx, o.stackOptions(fmt.Sprintf("chat100k-%d", r), 1<<20))
+		if err != nil {
+			return err
+		}
+		// The process's own background work (scrapes, health checks, index
+		// upkeep) is measured idle and taken out.
+		c0, _ := s.cpu()
+		time.Sleep(3 * time.Second)
+		c1, _ := s.cpu()
+		idle := (c1 - c0) / 3
+		one := func(body []byte) (cpu float64, lat time.Duration, tokens int, err error) {
+			ids, _, err := pipe.Tokenize(ctx, tokenize.KindChat, body, "")
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			req := request{body: body, tokens: ids}
+			req.hashes = newHashes(ids)
+			a, _ := s.cpu()
+			t0 := time.Now()
+			var e *engine
+			out := play(ctx, s.conns[0], body, resp, len(ids), func(ep string) int {
+				e = s.byAddr[ep]
+				if e == nil {
+					return 0
+				}
+				return e.cached(req.hashes) * 16
+			})
+			wall := time.Since(t0).Seconds()
+			b, _ := s.cpu()
+			if out.err != nil {
+				return 0, 0, 0, out.err
+			}
+			if e != nil {
+				e.store(req.hashes, req.tokens, false)
+			}
+			time.Sleep(50 * time.Millisecond) // the events arrive before the next turn
+			return b - a - idle*wall, out.routing, len(ids), nil
+		}
+		for _, pattern := range []string{"cold", growReply, growUser} {
+			var total float64
+			var lats []time.Duration
+			var tokens int
+			conv := newConversation(o.seed*1000+uint64(r), 100_000)
+			if pattern != "cold" {
+				if _, _, _, err := one(conv.body()); err != nil { // the first turn, seen before
+					s.close()
+					return err
+				}
+			}
+			var profiled sync.WaitGroup
+			if o.pprof {
+				profiled.Go(func() { saveCPUProfile(s, o.out, "chat100k-"+pattern, 4*time.Second) })
+			}
+			for i := range n {
+				if pattern == "cold" {
+					conv = newConversation(o.seed*1000+uint64(r*n+i+1), 100_000)
+				} else {
+					conv.grow(pattern)
+				}
+				c, lat, tk, err := one(conv.body())
+				if err != nil {
+					s.close()
+					return err
+				}
+				total += c
+				lats = append(lats, lat)
+				tokens = tk
+			}
+			profiled.Wait()
+			slices.Sort(lats)
+			lr := rep.long(pattern)
+			lr.tokens = tokens
+			lr.cpuPerReq = append(lr.cpuPerReq, total/n)
+			lr.client = append(lr.client, lats...)
+			fmt.Fprintf(os.Stderr, "chat100k %s run %d: %d tokens, CPU %.1f ms/request, client p50 %s\n", pattern, r, tokens, 1e3*total/n, pct(lats, 0.5))
+		}
+		if o.pprof {
+			if err := saveProfiles(s, o.out, fmt.Sprintf("chat100k-%d", r)); err != nil {
+				s.close()
+				return err
+			}
+		}
+		s.close()
+	}
+	return nil
+}
+
+// saveCPUProfile writes warmpath's CPU profile over the next d.
+func saveCPUProfile(s *stack, dir, name string, d time.Duration) {
+	resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", s.admin, int(d.Seconds())))
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	_ = os.WriteFile(filepath.Join(dir, name+".cpu.pprof"), b, 0o644)
+}
+
+// saveProfiles writes warmpath's heap, mutex and block profiles.
+func saveProfiles(s *stack, dir, name string) error {
+	for _, p := range []string{"mutex", "block", "heap", "goroutine"} {
+		resp, err := http.Get(s.admin + "/debug/pprof/" + p)
+		if err != nil {
+			return err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+"."+p+".pprof"), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *rateRun) line() string {
+	s := fmt.Sprintf("%d sent, %d failed, client p50 %s p99 %s, warmpath p50 %.3f ms p99 %.3f ms, %.2f cores, %.2f ms CPU/request, driver %.2f cores, queue grew %v (first/last third p50 %s/%s, %d late)",
+		r.sent, r.failed, pct(r.client, 0.5), pct(r.client, 0.99), 1e3*r.wpP50, 1e3*r.wpP99, r.cores, 1e3*r.cpuPerReq, r.driverCores, r.grew(), r.firstP50, r.lastP50, r.late)
+	if r.firstErr != "" {
+		s += "; first error: " + r.firstErr
+	}
+	return s
+}
+
+var errNoRuns = errors.New("no runs")
+
+func median(v []float64) (med, lo, hi float64, err error) {
+	if len(v) == 0 {
+		return 0, 0, 0, errNoRuns
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return m, s[0], s[len(s)-1], nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+func nanOr(v float64) float64 {
+	if math.IsNaN(v) {
+		return 0
+	}
+	return v
+}

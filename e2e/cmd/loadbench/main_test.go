@@ -1,0 +1,62 @@
+package main
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestQuantile(t *testing.T) {
+	t.Parallel()
+	le := []float64{0.001, 0.002, 0.004, math.Inf(1)}
+	before := histogram{le: le, count: []float64{10, 10, 10, 10}}
+	after := histogram{le: le, count: []float64{60, 110, 110, 111}} // +50 in ≤1 ms, +50 in 1–2 ms, +1 above 4 ms
+	tests := []struct{ q, want float64 }{
+		{0.25, 0.001 * (0.25 * 101) / 50},
+		{0.5, 0.001 + 0.001*(0.5*101-50)/50},
+		{0.999, 0.004}, // in +Inf: the highest finite bound
+	}
+	for _, tc := range tests {
+		if got := quantile(tc.q, before, after); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("quantile(%v) = %v, want %v", tc.q, got, tc.want)
+		}
+	}
+	if got := quantile(0.5, after, after); !math.IsNaN(got) {
+		t.Errorf("no observations between the scrapes: %v, want NaN", got)
+	}
+}
+
+// TestSmoke runs every scenario briefly against a real warmpath process
+// with 4 fake engines: every request routed, no failure, the tables
+// written.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs warmpath")
+	}
+	out := t.TempDir()
+	var stdout strings.Builder
+	err := run(t.Context(), []string{"-scenarios", "chat8k,short", "-runs", "1", "-duration", "2s", "-warmup", "0s",
+		"-rate", "40", "-short-rates", "80", "-workers", "4",
+		"-tokenizer", filepath.Join("..", "..", "..", "tokenize", "testdata", "models", "qwen3"), "-out", out}, &stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| chat8k | 40 | 1 |", "| short | 80 | 1 |"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("results.md lacks %q:\n%s", want, md)
+		}
+	}
+	for _, line := range strings.Split(string(md), "\n") {
+		if strings.HasPrefix(line, "| chat8k") || strings.HasPrefix(line, "| short") {
+			if cells := strings.Split(line, "|"); strings.TrimSpace(cells[len(cells)-2]) != "0" {
+				t.Errorf("failed requests: %s", line)
+			}
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/warmpath/warmpath/e2e/vllmsim"
+)
+
+func newHashes(ids []uint32) []vllmsim.BlockHash {
+	return vllmsim.NewChainHasher("").Extend(nil, ids, 16)
+}
+
+// report gathers every run for results.md.
+type report struct {
+	rate  []*rateRun
+	longs []*longRun
+}
+
+func (r *report) long(pattern string) *longRun {
+	for _, l := range r.longs {
+		if l.pattern == pattern {
+			return l
+		}
+	}
+	l := &longRun{pattern: pattern}
+	r.longs = append(r.longs, l)
+	return l
+}
+
+// cell is "median (min–max)" of the values of each run.
+func cell(v []float64, format string) string {
+	m, lo, hi, err := median(v)
+	if err != nil {
+		return "–"
+	}
+	if len(v) == 1 {
+		return fmt.Sprintf(format, m)
+	}
+	return fmt.Sprintf(format+" ("+format+"–"+format+")", m, lo, hi)
+}
+
+func (r *report) markdown(o options) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# warmpath under load (%s)\n\n", time.Now().UTC().Format("2006-01-02 15:04"))
+	fmt.Fprintf(&b, "%d fake engines publishing vLLM KV events, %d ext_proc connections, FULL_DUPLEX_STREAMED, Poisson arrivals, %s measured after %s of warm-up per run; median (min–max) over runs.\n\n",
+		o.workers, o.conns, o.duration, o.warmup)
+	type key struct {
+		scenario string
+		rate     float64
+	}
+	var keys []key
+	groups := map[key][]*rateRun{}
+	for _, run := range r.rate {
+		k := key{run.scenario, run.rate}
+		if groups[k] == nil {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], run)
+	}
+	if len(keys) > 0 {
+		b.WriteString("| scenario | offered/s | runs | achieved/s | warmpath p50 ms | warmpath p99 ms | client p50 ms | client p99 ms | client max ms | runs whose queue grew | warmpath cores | CPU ms/request | response chunks/s | driver cores | failed |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	}
+	for _, k := range keys {
+		runs := groups[k]
+		col := func(f func(*rateRun) float64) []float64 {
+			var v []float64
+			for _, x := range runs {
+				v = append(v, f(x))
+			}
+			return v
+		}
+		grew, failed := 0, 0
+		for _, x := range runs {
+			if x.grew() {
+				grew++
+			}
+			failed += x.failed
+		}
+		fmt.Fprintf(&b, "| %s | %g | %d | %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %d |\n",
+			k.scenario, k.rate, len(runs),
+			cell(col(func(x *rateRun) float64 { return x.achievedPerSec }), "%.0f"),
+			cell(col(func(x *rateRun) float64 { return 1e3 * nanOr(x.wpP50) }), "%.3f"),
+			cell(col(func(x *rateRun) float64 { return 1e3 * nanOr(x.wpP99) }), "%.3f"),
+			cell(col(func(x *rateRun) float64 { return ms(pct(x.client, 0.5)) }), "%.3f"),
+			cell(col(func(x *rateRun) float64 { return ms(pct(x.client, 0.99)) }), "%.3f"),
+			cell(col(func(x *rateRun) float64 { return ms(pct(x.client, 1)) }), "%.1f"),
+			grew, len(runs),
+			cell(col(func(x *rateRun) float64 { return x.cores }), "%.2f"),
+			cell(col(func(x *rateRun) float64 { return 1e3 * x.cpuPerReq }), "%.3f"),
+			cell(col(func(x *rateRun) float64 { return x.chunksPerSec }), "%.0f"),
+			cell(col(func(x *rateRun) float64 { return x.driverCores }), "%.2f"),
+			failed)
+	}
+	for _, k := range keys {
+		for _, x := range groups[k] {
+			if x.firstErr != "" {
+				fmt.Fprintf(&b, "\n%s at %g/s: first error: %s\n", k.scenario, k.rate, x.firstErr)
+				break
+			}
+		}
+	}
+	if len(r.longs) > 0 {
+		b.WriteString("\n100K-token chats, one request at a time (warmpath's CPU per request less its idle background; client latency over all runs' requests):\n\n")
+		b.WriteString("| pattern | prompt tokens | runs | CPU ms/request | client p50 ms | client p99 ms |\n|---|---|---|---|---|---|\n")
+		for _, l := range r.longs {
+			ms1 := make([]float64, len(l.cpuPerReq))
+			for i, c := range l.cpuPerReq {
+				ms1[i] = 1e3 * c
+			}
+			sorted := append([]time.Duration(nil), l.client...)
+			sortDurations(sorted)
+			fmt.Fprintf(&b, "| %s | %d | %d | %s | %.2f | %.2f |\n", l.pattern, l.tokens, len(l.cpuPerReq), cell(ms1, "%.2f"),
+				ms(pct(sorted, 0.5)), ms(pct(sorted, 0.99)))
+		}
+	}
+	return b.String()
+}
+
+func sortDurations(d []time.Duration) { slices.Sort(d) }

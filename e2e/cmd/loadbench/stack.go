@@ -1,0 +1,243 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// stack is warmpath serve as a real process in front of fake engines, with
+// the driver's gRPC connections to its ext_proc port.
+type stack struct {
+	cmd     *exec.Cmd
+	admin   string // http://host:port
+	conns   []*grpc.ClientConn
+	engines []*engine
+	byAddr  map[string]*engine
+}
+
+type stackOptions struct {
+	binary    string // warmpath executable
+	tokenizer string // the qwen3 tokenizer directory
+	workers   int
+	conns     int
+	capBlocks int
+	pprof     bool
+	logPath   string
+	extra     string // appended to the configuration
+}
+
+func startStack(ctx context.Context, o stackOptions) (*stack, error) {
+	s := &stack{byAddr: map[string]*engine{}}
+	var cfg strings.Builder
+	tok, err := filepath.Abs(o.tokenizer)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(&cfg, "listen: {extproc: \"127.0.0.1:0\", admin: \"127.0.0.1:0\"}\nmodels:\n  - {name: qwen3, tokenizer: %q, block_size: 16}\nworkers:\n", tok)
+	for i := range o.workers {
+		e, err := startEngine(ctx, fmt.Sprintf("w%02d", i), o.capBlocks)
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		s.engines = append(s.engines, e)
+		s.byAddr[e.addr] = e
+		fmt.Fprintf(&cfg, "  - {name: %s, address: %q, models: [qwen3], kv_events: %q}\n", e.name, e.addr, e.events)
+	}
+	cfg.WriteString("log: {level: warn}\n")
+	if o.pprof {
+		cfg.WriteString("debug: {pprof: true, mutex_profile_fraction: 20}\n")
+	}
+	cfg.WriteString(o.extra)
+	dir, err := os.MkdirTemp("", "loadbench")
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	path := filepath.Join(dir, "warmpath.yaml")
+	if err := os.WriteFile(path, []byte(cfg.String()), 0o644); err != nil {
+		s.close()
+		return nil, err
+	}
+	logf, err := os.Create(o.logPath)
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	s.cmd = exec.CommandContext(ctx, o.binary, "serve", "--config", path)
+	s.cmd.Stderr = logf
+	out, err := s.cmd.StdoutPipe()
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	if err := s.cmd.Start(); err != nil {
+		s.close()
+		return nil, fmt.Errorf("start warmpath: %w", err)
+	}
+	ready := regexp.MustCompile(`warmpath ready extproc=(\S+) admin=(\S+)`)
+	sc := bufio.NewScanner(out)
+	var extproc string
+	for sc.Scan() {
+		if m := ready.FindStringSubmatch(sc.Text()); m != nil {
+			extproc, s.admin = m[1], "http://"+m[2]
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	if extproc == "" {
+		s.close()
+		return nil, fmt.Errorf("warmpath exited before it was ready (log: %s)", o.logPath)
+	}
+	for range o.conns {
+		c, err := grpc.NewClient(extproc, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		s.conns = append(s.conns, c)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(s.admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return s, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			s.close()
+			return nil, errors.New("warmpath not ready after 60 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (s *stack) close() {
+	for _, c := range s.conns {
+		c.Close()
+	}
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = s.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-done
+		}
+	}
+	for _, e := range s.engines {
+		e.close()
+	}
+}
+
+// cpu returns the CPU seconds (user and system) warmpath has used.
+func (s *stack) cpu() (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name (which may hold spaces) start at state.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100, nil // USER_HZ is 100 on Linux
+}
+
+// selfCPU returns the CPU seconds the driver has used.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime) + tv(ru.Stime)
+}
+
+// histogram is a Prometheus histogram's cumulative buckets as scraped.
+type histogram struct {
+	le    []float64
+	count []float64
+}
+
+var bucketLine = regexp.MustCompile(`^(\w+)_bucket\{le="([^"]+)"\} (\S+)$`)
+
+// scrapeHistogram reads the histogram name from warmpath's /metrics.
+func (s *stack) scrapeHistogram(name string) (histogram, error) {
+	resp, err := http.Get(s.admin + "/metrics")
+	if err != nil {
+		return histogram{}, err
+	}
+	defer resp.Body.Close()
+	var h histogram
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		m := bucketLine.FindStringSubmatch(sc.Text())
+		if m == nil || m[1] != name {
+			continue
+		}
+		le, _ := strconv.ParseFloat(m[2], 64)
+		if m[2] == "+Inf" {
+			le = math.Inf(1)
+		}
+		c, _ := strconv.ParseFloat(m[3], 64)
+		h.le, h.count = append(h.le, le), append(h.count, c)
+	}
+	if len(h.le) == 0 {
+		return h, fmt.Errorf("no histogram %s on /metrics", name)
+	}
+	return h, sc.Err()
+}
+
+// quantile is histogram_quantile over the observations between two scrapes:
+// linear within the bucket that holds the q-th observation.
+func quantile(q float64, before, after histogram) float64 {
+	n := len(after.le)
+	d := make([]float64, n)
+	for i := range n {
+		d[i] = after.count[i]
+		if i < len(before.count) {
+			d[i] -= before.count[i]
+		}
+	}
+	total := d[n-1]
+	if total == 0 {
+		return math.NaN()
+	}
+	rank := q * total
+	i, _ := slices.BinarySearchFunc(d, rank, func(c, r float64) int {
+		if c < r {
+			return -1
+		}
+		return 1
+	})
+	if i >= n-1 {
+		return after.le[n-2] // in +Inf: the highest finite bound
+	}
+	lo, below := 0.0, 0.0
+	if i > 0 {
+		lo, below = after.le[i-1], d[i-1]
+	}
+	return lo + (after.le[i]-lo)*(rank-below)/(d[i]-below)
+}
