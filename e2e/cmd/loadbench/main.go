@@ -38,6 +38,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -90,8 +91,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.out, "out", "", "directory for results.md and warmpath's logs (default: a temporary one)")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof with mutex and block profiling (costs CPU; for profiling, not for figures)")
 	fs.Uint64Var(&o.seed, "seed", 1, "workload seed")
+	procs := fs.Int("driver-procs", 0, "GOMAXPROCS of the driver itself (0: the Go default); warmpath keeps its own")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *procs > 0 {
+		runtime.GOMAXPROCS(*procs)
 	}
 	o.scenarios = strings.Split(*scen, ",")
 	for _, r := range strings.Split(*rates, ",") {

@@ -96,6 +96,10 @@ type familyWorkload struct {
 	tails     []string
 	tailIDs   [][]uint32
 	maxTokens int
+
+	heads    [][]byte // per family, its body up to the last message
+	tailJSON [][]byte // per message, its JSON
+	suffix   []byte   // the body after the last message
 }
 
 // newFamilyWorkload prepares families of about prefixWords words of shared
@@ -148,6 +152,9 @@ func newFamilyWorkload(ctx context.Context, p *tokenize.Pipeline, seed uint64, f
 		}
 		fw.tailIDs = append(fw.tailIDs, a[len(fw.prefix[0]):])
 	}
+	if err := fw.prepareJSON(); err != nil {
+		return nil, err
+	}
 	// A request's tokens are built, not tokenized, at run time: check the
 	// construction against the tokenizer.
 	rng := rand.New(rand.NewPCG(seed, 9))
@@ -169,6 +176,42 @@ func (fw *familyWorkload) build(f, t int) []byte {
 	return chatBody(msgs, fw.maxTokens)
 }
 
+// body is build's bytes, put together from JSON prepared once per family
+// and message, so the driver spends its CPU playing Envoy, not encoding.
+func (fw *familyWorkload) body(f, t int) []byte {
+	head, tail := fw.heads[f], fw.tailJSON[t]
+	b := make([]byte, 0, len(head)+len(tail)+len(fw.suffix))
+	return append(append(append(b, head...), tail...), fw.suffix...)
+}
+
+// prepareJSON splits build(f, t) into a family head, a message and a
+// suffix common to all, and checks that they join to it.
+func (fw *familyWorkload) prepareJSON() error {
+	marker := `\u0000split\u0000` // how json.Marshal writes the NULs below
+	for f := range fw.families {
+		b := string(chatBody(append(slices.Clone(fw.families[f]), message{"user", "\x00split\x00"}), fw.maxTokens))
+		i := strings.Index(b, `{"role":"user","content":"`+marker+`"}`)
+		if i < 0 {
+			return fmt.Errorf("family %d: cannot split its body", f)
+		}
+		fw.heads = append(fw.heads, []byte(b[:i]))
+		fw.suffix = []byte(b[i+len(`{"role":"user","content":"`+marker+`"}`):])
+	}
+	for t := range fw.tails {
+		m, err := json.Marshal(message{"user", fw.tails[t]})
+		if err != nil {
+			return err
+		}
+		fw.tailJSON = append(fw.tailJSON, m)
+	}
+	for f := range min(4, len(fw.families)) {
+		if got, want := fw.body(f, f), fw.build(f, f); string(got) != string(want) {
+			return fmt.Errorf("family %d: the prepared body differs from the encoded one", f)
+		}
+	}
+	return nil
+}
+
 func (fw *familyWorkload) tokens(f, t int) []uint32 {
 	return append(slices.Clone(fw.prefix[f]), fw.tailIDs[t]...)
 }
@@ -178,7 +221,7 @@ func (fw *familyWorkload) next(rng *rand.Rand) request {
 	f, t := rng.IntN(len(fw.families)), rng.IntN(len(fw.tails))
 	toks := fw.tokens(f, t)
 	h := vllmsim.NewChainHasher("").Extend(slices.Clip(fw.prefixH[f]), toks, 16)
-	return request{body: fw.build(f, t), tokens: toks, hashes: h, family: f}
+	return request{body: fw.body(f, t), tokens: toks, hashes: h, family: f}
 }
 
 // promptWords is about how many words a prompt of n tokens holds.
