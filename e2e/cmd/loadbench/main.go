@@ -61,6 +61,7 @@ func main() {
 
 type options struct {
 	scenarios  []string
+	patterns   []string
 	runs       int
 	duration   time.Duration
 	warmup     time.Duration
@@ -91,6 +92,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.out, "out", "", "directory for results.md and warmpath's logs (default: a temporary one)")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof with mutex and block profiling (costs CPU; for profiling, not for figures)")
 	fs.Uint64Var(&o.seed, "seed", 1, "workload seed")
+	patterns := fs.String("patterns", "cold,reply,user", "chat100k growth patterns: cold, reply, user")
 	procs := fs.Int("driver-procs", 0, "GOMAXPROCS of the driver itself (0: the Go default); warmpath keeps its own")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -98,6 +100,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if *procs > 0 {
 		runtime.GOMAXPROCS(*procs)
 	}
+	o.patterns = strings.Split(*patterns, ",")
 	o.scenarios = strings.Split(*scen, ",")
 	for _, r := range strings.Split(*rates, ",") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(r), 64)
@@ -402,6 +405,7 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 		time.Sleep(3 * time.Second)
 		c1, _ := s.cpu()
 		idle := (c1 - c0) / 3
+		fmt.Fprintf(os.Stderr, "chat100k run %d: warmpath idle with %d engines: %.3f cores\n", r, o.workers, idle)
 		one := func(body []byte) (cpu float64, lat time.Duration, tokens int, err error) {
 			ids, _, err := pipe.Tokenize(ctx, tokenize.KindChat, body, "")
 			if err != nil {
@@ -430,7 +434,7 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 			time.Sleep(50 * time.Millisecond) // the events arrive before the next turn
 			return b - a - idle*wall, out.routing, len(ids), nil
 		}
-		for _, pattern := range []string{"cold", growReply, growUser} {
+		for _, pattern := range o.patterns {
 			var total float64
 			var lats []time.Duration
 			var tokens int
