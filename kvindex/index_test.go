@@ -561,9 +561,9 @@ func TestLookupLongChain(t *testing.T) {
 func TestSpeculateLongPrompt(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ blocks, held int }{
-		{specChunk * 3, 100},           // stops inside the first chunk from the root
+		{specChunk * 3, 100},             // stops inside the first chunk from the root
 		{specChunk*2 + 1, specChunk + 1}, // stops exactly at a chunk's tail
-		{specChunk * 2, 0},             // nothing held: every chunk
+		{specChunk * 2, 0},               // nothing held: every chunk
 	} {
 		ix := newIndex(t, budget(1<<20))
 		p := seqTokens(tc.blocks*1000, tc.blocks*testBlock+1)
