@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/warmpath/warmpath/scoring"
 	"github.com/warmpath/warmpath/tokenize"
@@ -179,5 +181,17 @@ func TestRoutingFields(t *testing.T) {
 		if _, err := routingFields(pb); err == nil || err.Error() != want {
 			t.Errorf("%s: error %v, want %q", body, err, want)
 		}
+	}
+}
+
+func TestClip(t *testing.T) {
+	t.Parallel()
+	if got := clip("qwen3"); got != "qwen3" {
+		t.Errorf("short input changed: %q", got)
+	}
+	long := strings.Repeat("é", 1<<19) // 1 MiB of two-byte characters
+	got := clip(long)
+	if len(got) > maxEcho+32 || !strings.HasSuffix(got, "… (1048576 bytes)") || !utf8.ValidString(got) {
+		t.Errorf("clip of 1 MiB: %d bytes, %q…", len(got), got[:min(len(got), 40)])
 	}
 }

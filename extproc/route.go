@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -99,12 +100,12 @@ func (s *Server) decide(ctx context.Context, ex *exchange) (*extprocv3.CommonRes
 	if !known {
 		served := slices.Sorted(slices.Values(s.pool.Models()))
 		return nil, nil, &rejection{"unknown_model", 404, fmt.Sprintf(
-			"The model `%s` does not exist. Served models: %s.", r.Model, strings.Join(served, ", "))}
+			"The model `%s` does not exist. Served models: %s.", clip(r.Model), strings.Join(served, ", "))}
 	}
 	if len(ws) == 0 {
 		what := "any model"
 		if r.Model != "" {
-			what = "model `" + r.Model + "`"
+			what = "model `" + clip(r.Model) + "`"
 		}
 		return nil, nil, &rejection{"no_healthy_worker", 503, "No healthy worker serves " + what + " right now; retry later."}
 	}
@@ -343,4 +344,21 @@ func (s *Server) cleanup(ex *exchange) {
 	}
 	s.observeFinal(ex, code, model)
 	s.m.requests.WithLabelValues(string(ex.route.req.API), model, code).Inc()
+}
+
+// maxEcho bounds how much of a client's own input an error message (and
+// the log line that records it) repeats.
+const maxEcho = 256
+
+// clip returns s, or its first maxEcho bytes (cut at a character
+// boundary) and how long it was.
+func clip(s string) string {
+	if len(s) <= maxEcho {
+		return s
+	}
+	n := maxEcho
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:n], len(s))
 }

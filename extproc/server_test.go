@@ -219,6 +219,8 @@ func TestBadInputGetsAClearAnswer(t *testing.T) {
 		{"anthropic without max_tokens", "/v1/messages", `{"model": "qwen3", "messages": []}`, nil, 400, "invalid_request", "invalid_request_error", "max_tokens"},
 		{"empty body", "/v1/completions", ``, nil, 400, "invalid_request", "invalid_request_error", "empty"},
 		{"unknown model", "/v1/chat/completions", `{"model": "gpt-9", "messages": []}`, nil, 404, "unknown_model", "NotFoundError", "Served models: llama, qwen3"},
+		{"900-byte model name: the answer repeats 256 bytes of it", "/v1/chat/completions", `{"model": "` + strings.Repeat("m", 900) + `", "messages": []}`, nil, 404, "unknown_model", "NotFoundError", "m… (900 bytes)` does not exist"},
+		{"top-level array", "/v1/chat/completions", `[{"model": "qwen3"}]`, nil, 400, "invalid_request", "invalid_request_error", "must be a JSON object"},
 		{"unknown model anthropic", "/v1/messages", `{"model": "gpt-9", "max_tokens": 1, "messages": []}`, nil, 404, "unknown_model", "not_found_error", "gpt-9"},
 		{"no healthy worker", "/v1/chat/completions", `{"model": "qwen3", "messages": []}`, []string{"w0", "w1"}, 503, "no_healthy_worker", "ServiceUnavailableError", "qwen3"},
 		{"too large", "/v1/chat/completions", `{"model":"qwen3","messages":[{"role":"user","content":"` + strings.Repeat("y", 2000) + `"}]}`, nil, 413, "body_too_large", "invalid_request_error", "limit of 1000 bytes"},
