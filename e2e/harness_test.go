@@ -59,13 +59,16 @@ func (p *warmpathProc) kill() {
 // startWarmpath runs the warmpath binary with the config YAML (listen
 // addresses are forced to :0) until the test ends; its log is printed only
 // if the test fails.
-func startWarmpath(t testing.TB, config string) *warmpathProc {
+func startWarmpath(t testing.TB, config string, flags ...string) *warmpathProc {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "warmpath.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(warmpathBin, "serve", "--config", path, "--extproc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0")
+	// No drain delay unless a test asks for one (flags come last and win):
+	// every test's warmpath stops at its end.
+	args := append([]string{"serve", "--config", path, "--extproc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--drain-delay", "0s"}, flags...)
+	cmd := exec.Command(warmpathBin, args...)
 	var log envoytest.SyncBuffer
 	cmd.Stderr = &log
 	stdout, err := cmd.StdoutPipe()

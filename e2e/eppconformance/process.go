@@ -118,7 +118,7 @@ func StartWarmpath(ctx context.Context, log io.Writer, bin, dir string, pool *Po
 	if err := os.WriteFile(path, []byte(WarmpathConfig(pool, shed)), 0o644); err != nil {
 		return nil, err
 	}
-	p, err := StartProcess(ctx, log, bin, "serve", "--config", path, "--extproc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0")
+	p, err := StartProcess(ctx, log, bin, "serve", "--config", path, "--extproc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--drain-delay", "0s")
 	if err != nil {
 		return nil, err
 	}

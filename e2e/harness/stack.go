@@ -220,6 +220,7 @@ func (s *Stack) start(ctx, sctx context.Context, setup Setup, policy Policy) err
 	}
 	cfg := app.DefaultConfig()
 	cfg.Listen = app.ListenConfig{ExtProc: "127.0.0.1:0", Admin: "127.0.0.1:0"}
+	cfg.ExtProc.DrainDelay = 0 // the stack stops with its Envoy: nothing to drain away from
 	cfg.Policy = policy.Name
 	if policy.Picker != nil {
 		cfg.Policy = "round-robin" // never used: the picker replaces it

@@ -118,8 +118,15 @@ type ExtProcConfig struct {
 	// MaxRecvMsgBytes is the gRPC receive limit; it must exceed the largest
 	// body chunk Envoy sends (BUFFERED sends the whole body). Default 64 MiB.
 	MaxRecvMsgBytes int `yaml:"max_recv_msg_bytes"`
-	// DrainTimeout bounds graceful shutdown: in-flight streams get this long
-	// to finish after readiness turns NOT_SERVING. Default 30s.
+	// DrainDelay is how long warmpath, once told to stop (SIGTERM), keeps
+	// accepting and serving new streams while its gRPC health reports
+	// NOT_SERVING, so that Envoy's health checks take it out of rotation
+	// before it refuses anything. It must exceed the proxy's health-check
+	// interval × unhealthy threshold: the shipped Envoy configs check every
+	// second and eject after 2 failures. Default 5s; 0 stops accepting at once.
+	DrainDelay time.Duration `yaml:"drain_delay"`
+	// DrainTimeout bounds graceful shutdown after the drain delay: in-flight
+	// streams get this long to finish. Default 30s.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
 }
 
@@ -156,7 +163,7 @@ func DefaultConfig() Config {
 	return Config{
 		Listen:  ListenConfig{ExtProc: ":9002", Admin: ":9090"},
 		Policy:  "warmpath",
-		ExtProc: ExtProcConfig{Config: extproc.DefaultConfig(), MaxRecvMsgBytes: 64 << 20, DrainTimeout: 30 * time.Second},
+		ExtProc: ExtProcConfig{Config: extproc.DefaultConfig(), MaxRecvMsgBytes: 64 << 20, DrainDelay: 5 * time.Second, DrainTimeout: 30 * time.Second},
 		Discovery: DiscoveryConfig{
 			StaticReload: time.Second,
 			Kubernetes:   discovery.KubeConfig{Defaults: discovery.PodDefaults{HTTPPort: 8000}},
@@ -310,8 +317,8 @@ func (c *Config) Validate() error {
 	if c.ExtProc.MaxRecvMsgBytes < 1<<20 {
 		bad("extproc.max_recv_msg_bytes: must be at least 1 MiB")
 	}
-	if c.ExtProc.DrainTimeout < 0 {
-		bad("extproc.drain_timeout: must not be negative")
+	if c.ExtProc.DrainTimeout < 0 || c.ExtProc.DrainDelay < 0 {
+		bad("extproc.drain_delay, extproc.drain_timeout: must not be negative")
 	}
 	d := &c.Discovery
 	if d.StaticReload <= 0 {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 )
 
 // Version is the warmpath version, set at build time with
@@ -71,14 +72,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	level := fs.String("log-level", "", "log level: debug, info, warn or error (overrides log.level)")
 	extprocAddr := fs.String("extproc-addr", "", "ext_proc gRPC listen address (overrides listen.extproc)")
 	adminAddr := fs.String("admin-addr", "", "admin HTTP listen address (overrides listen.admin)")
+	drainDelay := fs.String("drain-delay", "", "time to keep serving after SIGTERM while health reports NOT_SERVING (overrides extproc.drain_delay)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: warmpath serve --config FILE [flags]
 
 Serves Envoy's ext_proc protocol (gRPC, default :9002) and the admin HTTP API
 (default :9090: /metrics, /healthz, /readyz, /debug/workers, POST /debug/lookup).
 Prints one line "warmpath ready extproc=ADDR admin=ADDR" when it accepts requests.
-On SIGINT/SIGTERM readiness turns NOT_SERVING, in-flight streams drain for up to
-extproc.drain_timeout, then it exits.
+On SIGINT/SIGTERM its gRPC health turns NOT_SERVING while it keeps serving new
+streams for extproc.drain_delay (Envoy's health check takes it out of rotation),
+then it stops accepting, in-flight streams drain for up to extproc.drain_timeout,
+and it exits.
 
 Flags:
 `)
@@ -107,6 +111,13 @@ Flags:
 	}
 	if *adminAddr != "" {
 		cfg.Listen.Admin = *adminAddr
+	}
+	if *drainDelay != "" {
+		d, err := time.ParseDuration(*drainDelay)
+		if err != nil {
+			return fmt.Errorf("--drain-delay: %w", err)
+		}
+		cfg.ExtProc.DrainDelay = d
 	}
 	if err := cfg.Validate(); err != nil {
 		return err

@@ -184,6 +184,11 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 
+	// The background loops (discovery, scrapes, KV events, peers) run until
+	// the drain is over, not until the signal: a draining replica still
+	// routes the requests it is sent.
+	loops, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLoops()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := gs.Serve(grpcLis); err != nil {
@@ -197,19 +202,19 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		}
 		return nil
 	})
-	g.Go(func() error { return p.subs.Run(gctx) })
+	g.Go(func() error { return p.subs.Run(loops) })
 	if p.mesh != nil {
 		p.mesh.SetAdvertise(grpcLis.Addr().String())
-		g.Go(func() error { return p.mesh.Run(gctx, p.router, p.index) })
+		g.Go(func() error { return p.mesh.Run(loops, p.router, p.index) })
 	}
-	g.Go(func() error { return p.pool.Run(gctx) })
-	g.Go(func() error { return p.scraper.Run(gctx) })
-	g.Go(func() error { return p.guard.Run(gctx) })
+	g.Go(func() error { return p.pool.Run(loops) })
+	g.Go(func() error { return p.scraper.Run(loops) })
+	g.Go(func() error { return p.guard.Run(loops) })
 	g.Go(func() error {
 		// The index and the router follow the worker set: subscribe and
 		// unsubscribe, and forget what was learned about departed workers.
 		prev := map[string]bool{}
-		for ws := range p.pool.Watch(gctx) {
+		for ws := range p.pool.Watch(loops) {
 			p.subs.Update(ws)
 			now := map[string]bool{}
 			for _, w := range ws {
@@ -226,9 +231,16 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	})
 	g.Go(func() error { return followReadiness(gctx, hs, ready) })
 	g.Go(func() error {
+		defer stopLoops()
 		<-gctx.Done()
 		stopping.Store(true)
 		hs.Shutdown() // every service NOT_SERVING: Envoy's health check drains us
+		if ctx.Err() != nil && cfg.ExtProc.DrainDelay > 0 {
+			// Told to stop (not failing): serve on until the proxy has seen
+			// NOT_SERVING and sends its new streams elsewhere.
+			p.log.Info("draining: serving new streams while health reports NOT_SERVING", "drain_delay", cfg.ExtProc.DrainDelay)
+			time.Sleep(cfg.ExtProc.DrainDelay)
+		}
 		p.log.Info("shutting down", "in_flight", p.proc.InFlight(), "drain_timeout", cfg.ExtProc.DrainTimeout)
 		drain(gs, cfg.ExtProc.DrainTimeout)
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

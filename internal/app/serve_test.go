@@ -47,6 +47,7 @@ func TestServeReadinessAndGracefulDrain(t *testing.T) {
 	cfg.Listen = ListenConfig{ExtProc: "127.0.0.1:0", Admin: "127.0.0.1:0"}
 	cfg.Workers = []discovery.Worker{{Name: "w0", Address: "127.0.0.1:1", Models: []string{"m"}}}
 	cfg.ExtProc.DrainTimeout = 5 * time.Second
+	cfg.ExtProc.DrainDelay = time.Second
 	cfg.Discovery.Health.ActiveInterval = -1 // the worker address is not real
 	ctx, cancel := context.WithCancel(t.Context())
 	out := &lineWriter{ready: make(chan string, 1)}
@@ -116,13 +117,28 @@ func TestServeReadinessAndGracefulDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
+	stopped := time.Now()
 	deadline = time.Now().Add(5 * time.Second)
-	for check("readiness") == healthpb.HealthCheckResponse_SERVING {
+	for check("envoy.service.ext_proc.v3.ExternalProcessor") == healthpb.HealthCheckResponse_SERVING {
 		if time.Now().After(deadline) {
-			t.Fatal("readiness still SERVING while draining")
+			t.Fatal("health still SERVING while draining")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// Within the drain delay a new stream is still served: the proxy has
+	// not yet seen NOT_SERVING.
+	late, err := extprocv3.NewExternalProcessorClient(conn).Process(t.Context())
+	if err == nil {
+		err = late.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":method", RawValue: []byte("GET")}, {Key: ":path", RawValue: []byte("/v1/models")}}}, EndOfStream: true}}})
+	}
+	if err == nil {
+		_, err = late.Recv()
+	}
+	if err != nil || time.Since(stopped) > cfg.ExtProc.DrainDelay {
+		t.Fatalf("a stream opened %v into the drain delay of %v: %v", time.Since(stopped), cfg.ExtProc.DrainDelay, err)
+	}
+	late.CloseSend()
 	select {
 	case err := <-done:
 		t.Fatalf("serve returned while a stream was in flight: %v", err)

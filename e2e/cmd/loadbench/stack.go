@@ -82,7 +82,7 @@ func startStack(ctx context.Context, o stackOptions) (*stack, error) {
 		s.close()
 		return nil, err
 	}
-	s.cmd = exec.CommandContext(ctx, o.binary, "serve", "--config", path)
+	s.cmd = exec.CommandContext(ctx, o.binary, "serve", "--config", path, "--drain-delay", "0s")
 	s.cmd.Stderr = logf
 	out, err := s.cmd.StdoutPipe()
 	if err != nil {
