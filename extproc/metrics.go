@@ -22,6 +22,7 @@ type metrics struct {
 	sloHeaders       *prometheus.CounterVec // result
 	chunkBytes       prometheus.Counter
 	responseChunks   prometheus.Counter
+	chunkDuration    prometheus.Histogram // seconds
 	subsetHints      *prometheus.CounterVec // form
 	served           *prometheus.CounterVec // result
 	selectionIgnored prometheus.Counter
@@ -82,6 +83,11 @@ func newMetrics(o component.Options) (*metrics, error) {
 			Name: "warmpath_response_watched_chunks_total",
 			Help: "Response body chunks watched.",
 		}),
+		chunkDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "warmpath_response_chunk_duration_seconds",
+			Help:    "Time warmpath spends on one response body chunk: from its arrival to the reply that passes it on (watching included).",
+			Buckets: prometheus.ExponentialBuckets(0.000001, 2, 18),
+		}),
 		subsetHints: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpath_subset_hints_total",
 			Help: "Requests whose proxy sent an Endpoint Picker subset hint, by its form: list, string, or invalid (names no endpoint).",
@@ -96,7 +102,7 @@ func newMetrics(o component.Options) (*metrics, error) {
 		}),
 	}
 	if err := o.Register("extproc", m.requests, m.rejections, m.streamErrors, m.decision, m.inFlight, m.ended, m.ttft,
-		m.watchEvents, m.bodyHidden, m.sloHeaders, m.chunkBytes, m.responseChunks, m.subsetHints, m.served, m.selectionIgnored); err != nil {
+		m.watchEvents, m.bodyHidden, m.sloHeaders, m.chunkBytes, m.responseChunks, m.chunkDuration, m.subsetHints, m.served, m.selectionIgnored); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -351,6 +351,7 @@ func (s *Server) responseBody(ex *exchange, b *extprocv3.HttpBody) error {
 	if p.respEnded {
 		return outOfOrder("response_body", "after the end of the response")
 	}
+	start := s.now()
 	s.watch(ex, b.GetBody())
 	reply := emptyResponseBody
 	if p.respMode == modeFullDuplex {
@@ -359,6 +360,7 @@ func (s *Server) responseBody(ex *exchange, b *extprocv3.HttpBody) error {
 	if err := ex.send(reply); err != nil {
 		return err
 	}
+	s.m.chunkDuration.Observe(s.now().Sub(start).Seconds())
 	if b.GetEndOfStream() {
 		s.finish(ex)
 	}

@@ -169,6 +169,8 @@ type rateRun struct {
 	lastP50        time.Duration
 	late           int     // requests still waiting for routing when the schedule ended
 	wpP50, wpP99   float64 // seconds, from warmpath's histogram
+	chunkP50       float64 // seconds warmpath spent on a response chunk, from its histogram
+	chunkP99       float64
 	cores          float64 // warmpath CPU seconds per second
 	cpuPerReq      float64 // warmpath CPU seconds per request
 	driverCores    float64
@@ -204,6 +206,10 @@ func runRate(ctx context.Context, s *stack, o options, name string, rate float64
 	if err != nil {
 		return nil, err
 	}
+	chunks0, err := s.scrapeHistogram("warmpath_response_chunk_duration_seconds")
+	if err != nil {
+		return nil, err
+	}
 	cpu0, err := s.cpu()
 	if err != nil {
 		return nil, err
@@ -225,6 +231,11 @@ func runRate(ctx context.Context, s *stack, o options, name string, rate float64
 	if err != nil {
 		return nil, err
 	}
+	chunks1, err := s.scrapeHistogram("warmpath_response_chunk_duration_seconds")
+	if err != nil {
+		return nil, err
+	}
+	res.chunkP50, res.chunkP99 = quantile(0.5, chunks0, chunks1), quantile(0.99, chunks0, chunks1)
 	res.scenario, res.rate = name, rate
 	res.wpP50, res.wpP99 = quantile(0.5, before, after), quantile(0.99, before, after)
 	res.cores = (cpu1 - cpu0) / wall
@@ -514,8 +525,8 @@ func saveProfiles(s *stack, dir, name string) error {
 }
 
 func (r *rateRun) line() string {
-	s := fmt.Sprintf("%d sent, %d failed, client p50 %s p99 %s, warmpath p50 %.3f ms p99 %.3f ms, %.2f cores, %.2f ms CPU/request, driver %.2f cores, queue grew %v (first/last third p50 %s/%s, %d late)",
-		r.sent, r.failed, pct(r.client, 0.5), pct(r.client, 0.99), 1e3*r.wpP50, 1e3*r.wpP99, r.cores, 1e3*r.cpuPerReq, r.driverCores, r.grew(), r.firstP50, r.lastP50, r.late)
+	s := fmt.Sprintf("%d sent, %d failed, client p50 %s p99 %s, warmpath p50 %.3f ms p99 %.3f ms, chunk p50 %.1f µs p99 %.1f µs, %.2f cores, %.2f ms CPU/request, driver %.2f cores, queue grew %v (first/last third p50 %s/%s, %d late)",
+		r.sent, r.failed, pct(r.client, 0.5), pct(r.client, 0.99), 1e3*r.wpP50, 1e3*r.wpP99, 1e6*r.chunkP50, 1e6*r.chunkP99, r.cores, 1e3*r.cpuPerReq, r.driverCores, r.grew(), r.firstP50, r.lastP50, r.late)
 	if r.firstErr != "" {
 		s += "; first error: " + r.firstErr
 	}
