@@ -22,7 +22,7 @@ type metrics struct {
 	sloHeaders       *prometheus.CounterVec // result
 	chunkBytes       prometheus.Counter
 	responseChunks   prometheus.Counter
-	chunkDuration    prometheus.Histogram // seconds
+	chunkDuration    prometheus.Histogram   // seconds
 	subsetHints      *prometheus.CounterVec // form
 	served           *prometheus.CounterVec // result
 	selectionIgnored prometheus.Counter
