@@ -289,7 +289,14 @@ func (s *Server) reject(ex *exchange, r *rejection) error {
 	s.m.rejections.WithLabelValues(r.reason).Inc()
 	ex.trace.rejected(r)
 	ex.route.code = strconv.Itoa(r.status)
-	ex.log.Info("request rejected", "status", r.status, "reason", r.reason, "msg", r.msg)
+	// A client's own mistakes (4xx) are counted and logged at debug: a
+	// client sending bad requests cannot fill the log. warmpath's own
+	// refusals (5xx, 429 shedding) are logged at info.
+	level := slog.LevelDebug
+	if r.status >= 500 || r.status == 429 {
+		level = slog.LevelInfo
+	}
+	ex.log.Log(context.Background(), level, "request rejected", "status", r.status, "reason", r.reason, "msg", r.msg)
 	return ex.send(errorReply(ex.route.req.API, r.status, r.msg, s.cfg.RetryAfter))
 }
 
