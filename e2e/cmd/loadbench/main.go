@@ -47,6 +47,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/warmpath/warmpath/e2e/vllmsim"
 	"github.com/warmpath/warmpath/tokenize"
 )
 
@@ -202,11 +203,8 @@ func runRate(ctx context.Context, s *stack, o options, name string, rate float64
 			return nil, err
 		}
 	}
-	before, err := s.scrapeHistogram("warmpath_decision_duration_seconds")
-	if err != nil {
-		return nil, err
-	}
-	chunks0, err := s.scrapeHistogram("warmpath_response_chunk_duration_seconds")
+	hists := []string{"warmpath_decision_duration_seconds", "warmpath_response_chunk_duration_seconds"}
+	before, err := s.scrapeHistograms(hists...)
 	if err != nil {
 		return nil, err
 	}
@@ -227,17 +225,13 @@ func runRate(ctx context.Context, s *stack, o options, name string, rate float64
 	}
 	wall := time.Since(t0).Seconds()
 	cpu1, _ := s.cpu()
-	after, err := s.scrapeHistogram("warmpath_decision_duration_seconds")
+	after, err := s.scrapeHistograms(hists...)
 	if err != nil {
 		return nil, err
 	}
-	chunks1, err := s.scrapeHistogram("warmpath_response_chunk_duration_seconds")
-	if err != nil {
-		return nil, err
-	}
-	res.chunkP50, res.chunkP99 = quantile(0.5, chunks0, chunks1), quantile(0.99, chunks0, chunks1)
 	res.scenario, res.rate = name, rate
-	res.wpP50, res.wpP99 = quantile(0.5, before, after), quantile(0.99, before, after)
+	res.wpP50, res.wpP99 = quantile(0.5, before[0], after[0]), quantile(0.99, before[0], after[0])
+	res.chunkP50, res.chunkP99 = quantile(0.5, before[1], after[1]), quantile(0.99, before[1], after[1])
 	res.cores = (cpu1 - cpu0) / wall
 	res.cpuPerReq = (cpu1 - cpu0) / float64(max(1, res.sent))
 	res.driverCores = (selfCPU() - self0) / wall
@@ -423,7 +417,7 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 				return 0, 0, 0, err
 			}
 			req := request{body: body, tokens: ids}
-			req.hashes = newHashes(ids)
+			req.hashes = vllmsim.NewChainHasher("").Extend(nil, ids, 16)
 			a, _ := s.cpu()
 			t0 := time.Now()
 			var e *engine

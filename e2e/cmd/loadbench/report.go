@@ -5,13 +5,7 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/warmpath/warmpath/e2e/vllmsim"
 )
-
-func newHashes(ids []uint32) []vllmsim.BlockHash {
-	return vllmsim.NewChainHasher("").Extend(nil, ids, 16)
-}
 
 // report gathers every run for results.md.
 type report struct {
@@ -114,12 +108,10 @@ func (r *report) markdown(o options) string {
 				ms1[i] = 1e3 * c
 			}
 			sorted := append([]time.Duration(nil), l.client...)
-			sortDurations(sorted)
+			slices.Sort(sorted)
 			fmt.Fprintf(&b, "| %s | %d | %d | %s | %.2f | %.2f |\n", l.pattern, l.tokens, len(l.cpuPerReq), cell(ms1, "%.2f"),
 				ms(pct(sorted, 0.5)), ms(pct(sorted, 0.99)))
 		}
 	}
 	return b.String()
 }
-
-func sortDurations(d []time.Duration) { slices.Sort(d) }

@@ -182,19 +182,24 @@ type histogram struct {
 
 var bucketLine = regexp.MustCompile(`^(\w+)_bucket\{le="([^"]+)"\} (\S+)$`)
 
-// scrapeHistogram reads the histogram name from warmpath's /metrics.
-func (s *stack) scrapeHistogram(name string) (histogram, error) {
+// scrapeHistograms reads the named histograms from one scrape of
+// warmpath's /metrics, in the order given.
+func (s *stack) scrapeHistograms(names ...string) ([]histogram, error) {
 	resp, err := http.Get(s.admin + "/metrics")
 	if err != nil {
-		return histogram{}, err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	var h histogram
+	hs := make([]histogram, len(names))
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		m := bucketLine.FindStringSubmatch(sc.Text())
-		if m == nil || m[1] != name {
+		if m == nil {
+			continue
+		}
+		i := slices.Index(names, m[1])
+		if i < 0 {
 			continue
 		}
 		le, _ := strconv.ParseFloat(m[2], 64)
@@ -202,12 +207,14 @@ func (s *stack) scrapeHistogram(name string) (histogram, error) {
 			le = math.Inf(1)
 		}
 		c, _ := strconv.ParseFloat(m[3], 64)
-		h.le, h.count = append(h.le, le), append(h.count, c)
+		hs[i].le, hs[i].count = append(hs[i].le, le), append(hs[i].count, c)
 	}
-	if len(h.le) == 0 {
-		return h, fmt.Errorf("no histogram %s on /metrics", name)
+	for i, h := range hs {
+		if len(h.le) == 0 {
+			return nil, fmt.Errorf("no histogram %s on /metrics", names[i])
+		}
 	}
-	return h, sc.Err()
+	return hs, sc.Err()
 }
 
 // quantile is histogram_quantile over the observations between two scrapes:

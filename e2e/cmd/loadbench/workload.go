@@ -82,7 +82,6 @@ type request struct {
 	body   []byte
 	tokens []uint32
 	hashes []vllmsim.BlockHash
-	family int // the family whose shared prefix it extends, -1 for none
 }
 
 // familyWorkload is many conversations sharing a few long prefixes: each
@@ -221,7 +220,7 @@ func (fw *familyWorkload) next(rng *rand.Rand) request {
 	f, t := rng.IntN(len(fw.families)), rng.IntN(len(fw.tails))
 	toks := fw.tokens(f, t)
 	h := vllmsim.NewChainHasher("").Extend(slices.Clip(fw.prefixH[f]), toks, 16)
-	return request{body: fw.body(f, t), tokens: toks, hashes: h, family: f}
+	return request{body: fw.body(f, t), tokens: toks, hashes: h}
 }
 
 // promptWords is about how many words a prompt of n tokens holds.
