@@ -609,22 +609,32 @@ func TestServerKVEventFaults(t *testing.T) {
 	checkCompletionStream(t, streamCompletion(t, srv, synthTokens(6, 64), 1), 1)
 	// The sequence starts again at 0. A batch of the first request that the
 	// engine stepped out just before the restart may precede the second
-	// request's, so look for the latter rather than assume it is first.
-	seqs, payloads := replayAll(t, srv.ReplayEndpoints()[0], 0)
-	if len(seqs) == 0 || seqs[0] != 0 {
-		t.Fatalf("after restart replayed %v, want a sequence from 0", seqs)
-	}
-	found := false
-	for _, p := range payloads {
-		v, _ := decodeMsgpack(p)
-		for _, ev := range v.([]any)[1].([]any) {
-			if toks, ok := ev.(map[string]any)["token_ids"].([]any); ok && len(toks) > 0 && toks[0] == uint64(synthTokens(6, 1)[0]) {
-				found = true
+	// request's, so look for the latter rather than assume it is first, and
+	// ask again while it is missing (CI once saw a replay without it).
+	want := uint64(synthTokens(6, 1)[0])
+	for attempt := 1; ; attempt++ {
+		seqs, payloads := replayAll(t, srv.ReplayEndpoints()[0], 0)
+		if len(seqs) == 0 || seqs[0] != 0 {
+			t.Fatalf("after restart replayed %v, want a sequence from 0", seqs)
+		}
+		var seen []any
+		for _, p := range payloads {
+			v, _ := decodeMsgpack(p)
+			for _, ev := range v.([]any)[1].([]any) {
+				seen = append(seen, ev)
+				if toks, ok := ev.(map[string]any)["token_ids"].([]any); ok && len(toks) > 0 && toks[0] == want {
+					return
+				}
 			}
 		}
-	}
-	if !found {
-		t.Errorf("the post-restart request's blocks are not in the replay (%d batches)", len(payloads))
+		if attempt == 20 {
+			t.Fatalf("the post-restart request's blocks are not in the replay after %d attempts; seqs %v, events %v", attempt, seqs, seen)
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }
 
