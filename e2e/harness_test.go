@@ -47,7 +47,11 @@ type warmpathProc struct {
 	ExtProc, Admin string
 	cmd            *exec.Cmd
 	exited         chan struct{}
+	log            *envoytest.SyncBuffer
 }
+
+// logs returns what the process has logged so far.
+func (p *warmpathProc) logs() string { return p.log.String() }
 
 // kill ends the process with SIGKILL, as a node failure would, and waits
 // for it.
@@ -69,8 +73,8 @@ func startWarmpath(t testing.TB, config string, flags ...string) *warmpathProc {
 	// every test's warmpath stops at its end.
 	args := append([]string{"serve", "--config", path, "--extproc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--drain-delay", "0s"}, flags...)
 	cmd := exec.Command(warmpathBin, args...)
-	var log envoytest.SyncBuffer
-	cmd.Stderr = &log
+	log := &envoytest.SyncBuffer{}
+	cmd.Stderr = log
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +107,7 @@ func startWarmpath(t testing.TB, config string, flags ...string) *warmpathProc {
 	}()
 	select {
 	case line := <-ready:
-		p := &warmpathProc{cmd: cmd, exited: exited}
+		p := &warmpathProc{cmd: cmd, exited: exited, log: log}
 		for _, f := range strings.Fields(line) {
 			if v, ok := strings.CutPrefix(f, "extproc="); ok {
 				p.ExtProc = v

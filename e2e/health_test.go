@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,11 +50,17 @@ type healthEnv struct {
 
 func startHealthEnv(t *testing.T, active string, ws ...*simWorker) *healthEnv {
 	t.Helper()
+	return startHealthEnvWith(t, healthConfig(active, "", ws...), ws...)
+}
+
+// startHealthEnvWith is startHealthEnv with warmpath's whole configuration.
+func startHealthEnvWith(t *testing.T, config string, ws ...*simWorker) *healthEnv {
+	t.Helper()
 	h := &healthEnv{ws: map[string]*simWorker{}}
 	for _, w := range ws {
 		h.ws[w.name] = w
 	}
-	h.wp = startWarmpath(t, healthConfig(active, "", ws...))
+	h.wp = startWarmpath(t, config)
 	e := startEnvoy(t, "envoy/envoy.yaml", h.wp.ExtProc)
 	h.url = "http://" + e.Listeners["llm_ingress"]
 	waitFor(t, "warmpath ready", func() bool { return h.wp.readyz(t) == 200 })
@@ -317,4 +325,66 @@ func TestReadinessWaitsForHealthAndReplay(t *testing.T) {
 	if !wp.caughtUp(t)["w0"] {
 		t.Fatal("ready, but the index stream of w0 is not caught up")
 	}
+}
+
+// TestSilentKVEventsFlagged reproduces silent blind routing: a worker whose
+// KV-event endpoint is written without "*" connects its publisher (as vLLM
+// does) where warmpath also connects, so no event ever arrives, while its
+// replay endpoint answers and warmpath calls it caught up. After the
+// requests that must have stored blocks, warmpath flags it: a warning, the
+// gauge, /debug/workers and the decision's span attribute (seen in the
+// debug header's absence of cache and in the metric).
+func TestSilentKVEventsFlagged(t *testing.T) {
+	t.Parallel()
+	port := freePort(t)
+	cfg := vllmsim.DefaultConfig()
+	cfg.Port = 0
+	cfg.ServedModelNames = []string{"qwen3"}
+	k, err := vllmsim.ParseKVEventsConfig(fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://127.0.0.1:%d","replay_endpoint":"tcp://127.0.0.1:*","topic":"kv-events","buffer_steps":1000}`, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.KVEvents = k
+	w0 := startSimWith(t, "w0", cfg)
+	w1 := startSim(t, "w1", true) // publishes as it should
+	h := startHealthEnvWith(t, healthConfig("300ms", "", w0, w1), w0, w1)
+	if up := h.wp.caughtUp(t); !up["w0"] || !up["w1"] {
+		t.Fatalf("caught up %v: want both (w0's replay answers; its live stream is what is broken)", up)
+	}
+	for i := range 40 {
+		body := distinctCompletion(i, 64)
+		resp := post(t, t.Context(), h.url+"/v1/completions", body)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: status %d", i, resp.StatusCode)
+		}
+	}
+	var silent []string
+	waitFor(t, "w0 flagged as silent", func() bool {
+		silent = h.wp.silentWorkers(t)
+		return len(silent) > 0
+	})
+	if len(silent) != 1 || silent[0] != "w0" {
+		t.Fatalf("kv_events_silent = %v, want [w0]", silent)
+	}
+	if v := h.wp.metric(t, "warmpath_scoring_kv_events_silent", `worker="w0"`); v != 1 {
+		t.Errorf(`warmpath_scoring_kv_events_silent{worker="w0"} = %v, want 1`, v)
+	}
+	if v := h.wp.metric(t, "warmpath_scoring_kv_events_silent", `worker="w1"`); v != 0 {
+		t.Errorf(`warmpath_scoring_kv_events_silent{worker="w1"} = %v, want 0`, v)
+	}
+	if !strings.Contains(h.wp.logs(), "publishes no KV events") {
+		t.Error("no warning logged for the silent worker")
+	}
+}
+
+// distinctCompletion is a token-id completion whose n-token prompt shares
+// nothing with another i's, so that each stores new blocks.
+func distinctCompletion(i, n int) string {
+	ids := make([]string, n)
+	for j := range ids {
+		ids[j] = fmt.Sprint(1000 + i*n + j)
+	}
+	return fmt.Sprintf(`{"model":"qwen3","prompt":[%s],"max_tokens":2,"ignore_eos":true}`, strings.Join(ids, ","))
 }

@@ -84,6 +84,12 @@ func newSim(t *testing.T, name string, kv bool) *simWorker {
 		}
 		cfg.KVEvents = k
 	}
+	return newSimWith(t, name, cfg)
+}
+
+// newSimWith is newSim with the simulator's whole configuration.
+func newSimWith(t *testing.T, name string, cfg vllmsim.Config) *simWorker {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -105,6 +111,14 @@ func newSim(t *testing.T, name string, kv bool) *simWorker {
 func startSim(t *testing.T, name string, kv bool) *simWorker {
 	t.Helper()
 	w := newSim(t, name, kv)
+	w.start()
+	return w
+}
+
+// startSimWith is startSim with the simulator's whole configuration.
+func startSimWith(t *testing.T, name string, cfg vllmsim.Config) *simWorker {
+	t.Helper()
+	w := newSimWith(t, name, cfg)
 	w.start()
 	return w
 }
@@ -200,6 +214,34 @@ func (p *warmpathProc) workers(t *testing.T) map[string]workerView {
 		out[w.Name] = w
 	}
 	return out
+}
+
+// silentWorkers returns /debug/workers' kv_events_silent.
+func (p *warmpathProc) silentWorkers(t *testing.T) []string {
+	t.Helper()
+	resp, err := http.Get("http://" + p.Admin + "/debug/workers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Silent []string `json:"kv_events_silent"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatalf("decode /debug/workers: %v", err)
+	}
+	return body.Silent
+}
+
+// freePort returns a loopback TCP port nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // readyz returns the status code of warmpath's /readyz.

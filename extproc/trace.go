@@ -214,6 +214,9 @@ func (rt *requestTrace) decided(r *scoring.Request, input []byte, d *scoring.Dec
 		if d.StalePeers > 0 {
 			srv.SetAttributes(telemetry.StalePeers.Int(d.StalePeers))
 		}
+		if d.KVSilent {
+			srv.SetAttributes(telemetry.KVEventsSilent.Bool(true))
+		}
 		if d.Objective != "" {
 			srv.SetAttributes(telemetry.Objective.String(string(d.Objective)))
 		}

@@ -227,6 +227,7 @@ func (ix *Index) Apply(src Source, events []Event) {
 	}
 	now := ix.now()
 	s.lastAt = now
+	s.status.Batches++
 	ix.drainTouchesLocked()
 	ix.sweepLocked(now.UnixNano())
 	for i := range events {

@@ -20,6 +20,8 @@ type StreamStatus struct {
 	Resets uint64 `json:"resets"`
 	// Unreachable counts stores whose parent block was unknown.
 	Unreachable uint64 `json:"unreachable_stores"`
+	// Batches counts the event batches applied.
+	Batches uint64 `json:"batches_applied"`
 	// BlockSize is the block size the engine's events carry, 0 before any.
 	BlockSize int `json:"block_size_seen"`
 	// LastEventAt is when the last batch was applied; zero before any.
@@ -125,6 +127,21 @@ func (ix *Index) RemoveWorker(worker string) {
 		}
 	}
 	ix.gaugesLocked()
+}
+
+// Batches returns how many event batches worker's streams have applied,
+// summed over its ranks; ok is false when no stream of worker is known
+// (it has no KV-event endpoint, or it left).
+func (ix *Index) Batches(worker string) (n uint64, ok bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	for _, s := range ix.slots {
+		if s != nil && s.name.worker == worker {
+			n += s.status.Batches
+			ok = true
+		}
+	}
+	return n, ok
 }
 
 // BlockSizeSeen returns the block size worker's events carry (the largest

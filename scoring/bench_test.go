@@ -34,6 +34,8 @@ func (f *fixedIndex) AppendSpeculate(dst []uint64, _ string, _ kvindex.ChainKey,
 }
 func (f *fixedIndex) Stale(string) bool { return false }
 
+func (f *fixedIndex) Batches(string) (uint64, bool) { return 0, false }
+
 // BenchmarkDecision measures one full decision as the ext_proc layer makes
 // it: prefix lookup through a hashing index, load reconciliation and TTFT
 // prediction on 16 workers for an 8K-token prompt, the policy's choice and

@@ -144,6 +144,11 @@ type Decision struct {
 	Reason string
 	// Decided is when the decision was made.
 	Decided time.Time
+	// KVSilent is set when the chosen worker has served requests that must
+	// have stored KV blocks without publishing a single KV event: its
+	// cached prefixes are unknown to the index, so the choice was blind
+	// to them.
+	KVSilent bool
 	// StalePeers is the number of peer replicas whose share of the ledger
 	// was behind (nothing heard from them for a while) when it was made.
 	StalePeers int

@@ -46,7 +46,10 @@ type fakeIndex struct {
 	names  []string
 	blocks map[uint64]holders
 	stale  map[string]bool
-	specs  []string // workers Speculate was called for, in order
+	// batches counts the event batches of each worker with a stream; a
+	// worker missing from it has none.
+	batches map[string]uint64
+	specs   []string // workers Speculate was called for, in order
 	// last memoises the keys of the last Lookup, which Speculate for the
 	// same ids reuses, as an adapter over the real index can.
 	lastIDs  *uint32
@@ -185,6 +188,23 @@ func (f *fakeIndex) Stale(w string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.stale[w]
+}
+
+func (f *fakeIndex) Batches(w string) (uint64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, ok := f.batches[w]
+	return n, ok
+}
+
+// published makes worker's stream known with n batches applied.
+func (f *fakeIndex) published(worker string, n uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.batches == nil {
+		f.batches = make(map[string]uint64)
+	}
+	f.batches[worker] = n
 }
 
 // loadReport is one worker's scraped gauges as a test writes them.

@@ -33,6 +33,7 @@ type metrics struct {
 	outliers      prometheus.Counter     // observations down-weighted
 	resets        prometheus.Counter     // calibration covariance resets
 	idleRestarts  prometheus.Counter     // calibrations restarted after idleness
+	kvSilent      *prometheus.GaugeVec   // worker: 1 while flagged as publishing no KV events
 	unexplained   prometheus.Counter     // outcomes not fitted: unknown load was ahead
 	prefillPerTok *prometheus.GaugeVec   // worker: learned s/token
 	stepOverhead  *prometheus.GaugeVec   // worker: learned s/step
@@ -66,6 +67,8 @@ func newMetrics(o component.Options) (*metrics, error) {
 			Name: "calibration_outliers_total", Help: "Outcomes down-weighted as outliers by calibration."}),
 		resets: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "calibration_resets_total", Help: "Runs of same-sign outliers taken as a worker changing speed, which restart its fit from the prior's uncertainty."}),
+		kvSilent: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "kv_events_silent", Help: "1 while the worker serves requests that must store KV blocks without publishing any KV event (wrong endpoint, connect instead of bind, prefix caching off); routing to it is blind to its cache."}, []string{"worker"}),
 		idleRestarts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "calibration_idle_restarts_total", Help: "Calibrations restarted from the pool's median model because the worker had no outcome for idle_relax while others had."}),
 		unexplained: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -85,7 +88,7 @@ func newMetrics(o component.Options) (*metrics, error) {
 	m.loadStale = m.loadReports.WithLabelValues("stale")
 	m.loadMissing = m.loadReports.WithLabelValues("missing")
 	if err := o.Register("scoring", m.loadReports, m.staleIndex, m.shadowRegret, m.shadowAgree, m.unknownDone,
-		m.cachedCheck, m.cachedGap, m.outliers, m.resets, m.idleRestarts, m.unexplained, m.prefillPerTok, m.stepOverhead, m.decodeFits, m.decodeStep, m.decodePerSeq); err != nil {
+		m.cachedCheck, m.cachedGap, m.kvSilent, m.outliers, m.resets, m.idleRestarts, m.unexplained, m.prefillPerTok, m.stepOverhead, m.decodeFits, m.decodeStep, m.decodePerSeq); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -125,8 +128,22 @@ func (m *metrics) learned(worker string, l learned, log *slog.Logger) {
 	}
 }
 
+// silence reports a change of worker's KV-event silence.
+func (m *metrics) silence(worker string, c silenceChange, log *slog.Logger) {
+	switch c {
+	case silenceStarted:
+		m.kvSilent.WithLabelValues(worker).Set(1)
+		log.Warn("worker serves requests but publishes no KV events: routing to it is blind to its cache; check its kv_events endpoint (vLLM binds tcp://*:PORT, warmpath connects), the topic, and that prefix caching is on",
+			"worker", worker, "requests", silenceAfter)
+	case silenceEnded:
+		m.kvSilent.WithLabelValues(worker).Set(0)
+		log.Info("worker publishes KV events again", "worker", worker)
+	}
+}
+
 // forget deletes worker's series.
 func (m *metrics) forget(worker string) {
+	m.kvSilent.DeleteLabelValues(worker)
 	m.cachedGap.DeleteLabelValues(worker)
 	m.prefillPerTok.DeleteLabelValues(worker)
 	m.stepOverhead.DeleteLabelValues(worker)

@@ -74,6 +74,7 @@ type Router struct {
 	learn  learner
 	text   textRoutes
 	pred   predictor
+	quiet  silenceWatch
 	// seq numbers committed decisions; it rotates tie-breaks.
 	seq uint64
 }
@@ -175,6 +176,7 @@ func (r *Router) decide(ctx context.Context, req *Request, ws Workers, commit bo
 	}
 	d.Chosen = d.Candidates[idx]
 	d.Worker, d.Address, d.Reason = d.Chosen.Worker, d.Chosen.Address, why
+	d.KVSilent = r.quiet.isSilent(d.Worker)
 	for _, s := range r.shadows {
 		j, _ := s.p.choose(v, score)
 		c := d.Candidates[j]
@@ -259,6 +261,13 @@ func (r *Router) FirstToken(d *Decision) {
 // exactly once per decision returned by Pick; other calls are counted and
 // ignored.
 func (r *Router) Done(d *Decision, o Outcome) {
+	// Read outside the router's lock: the index's may be held by a large
+	// batch.
+	var batches uint64
+	watched := false
+	if r.gather.index != nil && o.End == EndCompleted {
+		batches, watched = r.gather.index.Batches(d.Worker)
+	}
 	r.mu.Lock()
 	now := r.now()
 	a, ok := r.ledger.end(d, now)
@@ -272,6 +281,10 @@ func (r *Router) Done(d *Decision, o Outcome) {
 	if learnOK {
 		l = r.learn.learn(a, o, now)
 	}
+	quiet := silenceSame
+	if watched && a.worker == d.Worker {
+		quiet = r.quiet.observe(a.worker, batches, storesBlock(o, a, r.cfg.blockSize(a.model)))
+	}
 	r.mu.Unlock()
 	if r.sink != nil {
 		r.sink.Ended(a.id)
@@ -279,6 +292,15 @@ func (r *Router) Done(d *Decision, o Outcome) {
 	if learnOK {
 		r.m.learned(a.worker, l, r.log)
 	}
+	r.m.silence(a.worker, quiet, r.log)
+}
+
+// KVSilent lists the workers flagged as serving requests without
+// publishing KV events, in no particular order.
+func (r *Router) KVSilent() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.quiet.silentWorkers()
 }
 
 // Model returns the step model the router currently holds for worker: the
@@ -310,6 +332,7 @@ func (r *Router) Forget(worker string) bool {
 	}
 	delete(r.learn.workers, worker)
 	r.text.forget(worker)
+	r.quiet.forget(worker)
 	r.mu.Unlock()
 	r.m.forget(worker)
 	return true

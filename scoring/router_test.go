@@ -865,3 +865,61 @@ func inFlight(r *Router) int {
 	}
 	return n
 }
+
+// TestSilentKVEvents checks that a worker serving requests that must store
+// blocks, with no KV-event batch arriving from it, is flagged after
+// silenceAfter of them (gauge, one warning, decisions marked), and that
+// one batch clears the flag; a worker without a stream is never flagged,
+// nor one whose answers were fully cached.
+func TestSilentKVEvents(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	ws := pool(1)
+	serve := func(n int, cached int) *Decision {
+		var last *Decision
+		for i := range n {
+			ids := prompt(100+i, 0, 256)
+			d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: ids}, ws)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.r.Done(d, Outcome{End: EndCompleted, TTFT: 20 * time.Millisecond, Duration: 30 * time.Millisecond,
+				PromptTokens: 256, CompletionTokens: 4, CachedTokens: cached})
+			last = d
+		}
+		return last
+	}
+	gauge := func() float64 { return testutil.ToFloat64(g.r.m.kvSilent.WithLabelValues("w0")) }
+
+	serve(3*silenceAfter, 0) // no stream known for w0: nothing to judge
+	if len(g.r.KVSilent()) != 0 || gauge() != 0 {
+		t.Fatalf("a worker without a KV-event stream was flagged: %v", g.r.KVSilent())
+	}
+	g.index.published("w0", 0)
+	serve(3*silenceAfter, 256) // every answer fully cached: nothing new stored
+	if len(g.r.KVSilent()) != 0 {
+		t.Fatal("flagged on answers that stored no block")
+	}
+	serve(silenceAfter-1, 0)
+	if len(g.r.KVSilent()) != 0 {
+		t.Fatalf("flagged after %d storing answers, want %d", silenceAfter-1, silenceAfter)
+	}
+	serve(1, 0)
+	if got := g.r.KVSilent(); len(got) != 1 || got[0] != "w0" || gauge() != 1 {
+		t.Fatalf("silent %v gauge %v after %d storing answers with no batch", got, gauge(), silenceAfter)
+	}
+	if d := serve(5, 0); !d.KVSilent {
+		t.Error("a decision for the silent worker is not marked")
+	}
+	if n := strings.Count(g.logs.String(), "publishes no KV events"); n != 1 {
+		t.Errorf("%d silence warnings, want 1:\n%s", n, g.logs.String())
+	}
+	g.index.published("w0", 1)
+	serve(1, 0)
+	if len(g.r.KVSilent()) != 0 || gauge() != 0 {
+		t.Fatalf("still flagged after a batch: %v", g.r.KVSilent())
+	}
+	if d := serve(1, 0); d.KVSilent {
+		t.Error("a decision is marked after the worker published again")
+	}
+}

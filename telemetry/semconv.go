@@ -42,6 +42,7 @@ const (
 	Tenant                  = attribute.Key("warmpath.tenant")
 	PromptTokens            = attribute.Key("warmpath.prompt_tokens")
 	StalePeers              = attribute.Key("warmpath.peers.stale")
+	KVEventsSilent          = attribute.Key("warmpath.kv_events.silent")
 	PredictedCachedTokens   = attribute.Key("warmpath.predicted.cached_tokens")
 	PredictedQueueWait      = attribute.Key("warmpath.predicted.queue_wait")
 	PredictedPrefill        = attribute.Key("warmpath.predicted.prefill")

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -173,7 +174,7 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	}
 	status := func() any {
 		st := map[string]any{"workers": discovery.Status(p.pool, p.scraper, p.guard), "index": mergeStreams(p.index.Streams(), p.subs.Streams()),
-			"in_flight": p.router.InFlight()}
+			"in_flight": p.router.InFlight(), "kv_events_silent": slices.Sorted(slices.Values(p.router.KVSilent()))}
 		if p.mesh != nil {
 			st["peers"], st["peer_in_flight"] = p.mesh.Status(), p.router.PeerInFlight()
 		}

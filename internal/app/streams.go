@@ -17,6 +17,7 @@ type streamStatus struct {
 	Rank        int       `json:"rank"`
 	Model       string    `json:"model"`
 	Blocks      int       `json:"blocks_indexed"`
+	Batches     uint64    `json:"batches_applied"`
 	LastSeq     int64     `json:"last_seq"`
 	Gaps        uint64    `json:"gaps"`
 	Replays     uint64    `json:"replays"`
@@ -51,7 +52,7 @@ func mergeStreams(index []kvindex.StreamStatus, subs []kvevents.StreamStatus) []
 	}
 	for _, s := range index {
 		e := entry(s.Worker, s.Rank, s.Model)
-		e.Blocks, e.Resets, e.Unreachable, e.BlockSize = s.Blocks, s.Resets, s.Unreachable, s.BlockSize
+		e.Blocks, e.Batches, e.Resets, e.Unreachable, e.BlockSize = s.Blocks, s.Batches, s.Resets, s.Unreachable, s.BlockSize
 		e.LastEventAt, e.Stale = s.LastEventAt, s.Stale
 	}
 	for _, s := range subs {

@@ -64,7 +64,7 @@ func TestStreamStatusJSON(t *testing.T) {
 		got = append(got, k)
 	}
 	slices.Sort(got)
-	want := []string{"block_size_seen", "blocks_indexed", "caught_up", "gaps", "last_event_at", "last_seq", "model",
+	want := []string{"batches_applied", "block_size_seen", "blocks_indexed", "caught_up", "gaps", "last_event_at", "last_seq", "model",
 		"rank", "replays", "resets", "stale", "unreachable_stores", "worker"}
 	if !slices.Equal(got, want) {
 		t.Errorf("fields %v, want %v", got, want)
