@@ -195,20 +195,26 @@ type workerView struct {
 	} `json:"health"`
 }
 
-// workers returns warmpath's /debug/workers view by worker name.
-func (p *warmpathProc) workers(t *testing.T) map[string]workerView {
+// debugWorkers decodes warmpath's GET /debug/workers into body.
+func (p *warmpathProc) debugWorkers(t *testing.T, body any) {
 	t.Helper()
 	resp, err := http.Get("http://" + p.Admin + "/debug/workers")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(body); err != nil {
+		t.Fatalf("decode /debug/workers: %v", err)
+	}
+}
+
+// workers returns warmpath's /debug/workers view by worker name.
+func (p *warmpathProc) workers(t *testing.T) map[string]workerView {
+	t.Helper()
 	var body struct {
 		Workers []workerView `json:"workers"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		t.Fatalf("decode /debug/workers: %v", err)
-	}
+	p.debugWorkers(t, &body)
 	out := map[string]workerView{}
 	for _, w := range body.Workers {
 		out[w.Name] = w
@@ -219,17 +225,10 @@ func (p *warmpathProc) workers(t *testing.T) map[string]workerView {
 // silentWorkers returns /debug/workers' kv_events_silent.
 func (p *warmpathProc) silentWorkers(t *testing.T) []string {
 	t.Helper()
-	resp, err := http.Get("http://" + p.Admin + "/debug/workers")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var body struct {
 		Silent []string `json:"kv_events_silent"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		t.Fatalf("decode /debug/workers: %v", err)
-	}
+	p.debugWorkers(t, &body)
 	return body.Silent
 }
 
@@ -291,20 +290,13 @@ func (w *simWorker) SetFaults(f vllmsim.Faults) { w.srv.SetFaults(f) }
 // stream are absent.
 func (p *warmpathProc) caughtUp(t *testing.T) map[string]bool {
 	t.Helper()
-	resp, err := http.Get("http://" + p.Admin + "/debug/workers")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var body struct {
 		Index []struct {
 			Worker   string `json:"worker"`
 			CaughtUp bool   `json:"caught_up"`
 		} `json:"index"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		t.Fatalf("decode /debug/workers: %v", err)
-	}
+	p.debugWorkers(t, &body)
 	out := map[string]bool{}
 	for _, s := range body.Index {
 		out[s.Worker] = s.CaughtUp
