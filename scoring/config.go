@@ -112,7 +112,8 @@ type Config struct {
 	// calibration restarts from the pool's typical model (the median of
 	// the workers with outcomes in that time): a worker once judged slow
 	// gets a request again and is measured anew, once per period. A pool
-	// that is idle as a whole keeps its models. 0 disables it. Default 30 s.
+	// that is idle as a whole keeps its models. Any completed answer is an
+	// outcome, streamed or not. 0 disables it. Default 30 s.
 	IdleRelax time.Duration `yaml:"idle_relax"`
 
 	// OffloadCost is the cost of one offloaded (non-GPU) cached token as a

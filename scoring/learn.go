@@ -80,6 +80,7 @@ func (l *learner) model(worker string) StepModel {
 // learned is what one outcome taught, for metrics and logs outside the lock.
 type learned struct {
 	unexplained  bool // not fitted: unknown load was ahead of it
+	bounded      bool // fitted to a non-streamed answer's end, an upper bound
 	outlier      bool
 	reset        bool
 	model        StepModel
@@ -161,6 +162,47 @@ func (l *learner) learn(a *assignment, o Outcome, now time.Time) learned {
 	st.typ.uncached += alpha * (w.uncached() - st.typ.uncached)
 	st.typ.prompt += alpha * (w.prompt - st.typ.prompt)
 	l.output(a.model).observe(a.maxTokens, o.CompletionTokens)
+	return res
+}
+
+// learnsUnstreamed reports whether an outcome is a non-streamed answer
+// that completed: no first token is seen, only the end.
+func learnsUnstreamed(a *assignment, o Outcome) bool {
+	return !a.stream && o.End == EndCompleted && o.TTFT == 0 && o.Duration > 0 && o.Duration <= maxTTFT
+}
+
+// learnUnstreamed takes what a non-streamed answer can say. Its worker
+// answered, so it counts as measured now (for relaxIdle, both as a
+// candidate and as part of the typical model); without that, traffic that
+// is not streamed never let a worker once judged slow be tried again. And
+// its first token came no later than its end: a model that predicted the
+// first token later than the whole answer is too slow, and is fitted to
+// the answer's duration, an upper bound of the truth. A faster answer says
+// nothing more, since its split into first token and decode is not seen.
+func (l *learner) learnUnstreamed(a *assignment, o Outcome, now time.Time) learned {
+	st := l.worker(a.worker)
+	st.lastOutcome = now
+	if o.CompletionTokens > 0 {
+		l.output(a.model).observe(a.maxTokens, o.CompletionTokens)
+	}
+	var res learned
+	end := o.Duration.Seconds()
+	if a.kvWait == 0 && !a.unexplained && !a.moved && a.pred.total() > end {
+		w := a.work
+		if o.PromptTokens > 0 {
+			w.prompt = float64(o.PromptTokens)
+		}
+		if o.CachedTokens >= 0 {
+			w.cached = float64(o.CachedTokens)
+			w.offloaded = min(w.offloaded, w.cached)
+		}
+		resets := st.cal.resets
+		res.outlier = st.cal.observe(w.features(), end/a.pred.factor, l.cfg)
+		res.reset = st.cal.resets != resets
+		res.bounded = true
+	}
+	res.model = st.cal.model()
+	res.decodeModel = st.dec.model()
 	return res
 }
 

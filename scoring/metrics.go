@@ -34,6 +34,7 @@ type metrics struct {
 	resets        prometheus.Counter     // calibration covariance resets
 	idleRestarts  prometheus.Counter     // calibrations restarted after idleness
 	kvSilent      *prometheus.GaugeVec   // worker: 1 while flagged as publishing no KV events
+	boundedFits   prometheus.Counter     // fits to a non-streamed answer's end
 	unexplained   prometheus.Counter     // outcomes not fitted: unknown load was ahead
 	prefillPerTok *prometheus.GaugeVec   // worker: learned s/token
 	stepOverhead  *prometheus.GaugeVec   // worker: learned s/step
@@ -69,6 +70,8 @@ func newMetrics(o component.Options) (*metrics, error) {
 			Name: "calibration_resets_total", Help: "Runs of same-sign outliers taken as a worker changing speed, which restart its fit from the prior's uncertainty."}),
 		kvSilent: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "kv_events_silent", Help: "1 while the worker serves requests that must store KV blocks without publishing any KV event (wrong endpoint, connect instead of bind, prefix caching off); routing to it is blind to its cache."}, []string{"worker"}),
+		boundedFits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "calibration_bounded_fits_total", Help: "Calibration fits to a non-streamed answer's duration, an upper bound of its first token, made because the model predicted the first token later than the whole answer."}),
 		idleRestarts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "calibration_idle_restarts_total", Help: "Calibrations restarted from the pool's median model because the worker had no outcome for idle_relax while others had."}),
 		unexplained: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -88,7 +91,7 @@ func newMetrics(o component.Options) (*metrics, error) {
 	m.loadStale = m.loadReports.WithLabelValues("stale")
 	m.loadMissing = m.loadReports.WithLabelValues("missing")
 	if err := o.Register("scoring", m.loadReports, m.staleIndex, m.shadowRegret, m.shadowAgree, m.unknownDone,
-		m.cachedCheck, m.cachedGap, m.kvSilent, m.outliers, m.resets, m.idleRestarts, m.unexplained, m.prefillPerTok, m.stepOverhead, m.decodeFits, m.decodeStep, m.decodePerSeq); err != nil {
+		m.cachedCheck, m.cachedGap, m.kvSilent, m.boundedFits, m.outliers, m.resets, m.idleRestarts, m.unexplained, m.prefillPerTok, m.stepOverhead, m.decodeFits, m.decodeStep, m.decodePerSeq); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -102,6 +105,9 @@ func (m *metrics) learned(worker string, l learned, log *slog.Logger) {
 	}
 	if l.outlier {
 		m.outliers.Inc()
+	}
+	if l.bounded {
+		m.boundedFits.Inc()
 	}
 	if l.reset {
 		m.resets.Inc()

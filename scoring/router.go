@@ -257,7 +257,9 @@ func (r *Router) FirstToken(d *Decision) {
 
 // Done ends the assignment of d: its load is released and, when the request
 // completed with a first token (TTFT in (0, 1h]), the outcome calibrates the
-// worker's model and checks the cached-token prediction. It must be called
+// worker's model and checks the cached-token prediction. A non-streamed
+// request that completed shows only its end: it marks the worker as
+// measured now and bounds its first token (see learnUnstreamed). It must be called
 // exactly once per decision returned by Pick; other calls are counted and
 // ignored.
 func (r *Router) Done(d *Decision, o Outcome) {
@@ -278,8 +280,11 @@ func (r *Router) Done(d *Decision, o Outcome) {
 	}
 	var l learned
 	learnOK := learns(o)
-	if learnOK {
+	switch {
+	case learnOK:
 		l = r.learn.learn(a, o, now)
+	case learnsUnstreamed(a, o):
+		l, learnOK = r.learn.learnUnstreamed(a, o, now), true
 	}
 	quiet := silenceSame
 	if watched && a.worker == d.Worker {

@@ -811,15 +811,67 @@ func TestScrapeCountsRecentlyEnded(t *testing.T) {
 // shows decides.
 func TestIdleWorkerRelaxes(t *testing.T) {
 	t.Parallel()
+	t.Run("streamed", func(t *testing.T) { t.Parallel(); testIdleWorkerRelaxes(t, true) })
+	// Non-streamed answers show no first token, only their end: they must
+	// still bring a worker once judged slow back (the defect: they never
+	// did, since nothing counted as a recent outcome).
+	t.Run("unstreamed", func(t *testing.T) { t.Parallel(); testIdleWorkerRelaxes(t, false) })
+}
+
+// TestUnstreamedAnswersBoundTTFT checks that non-streamed answers ending
+// before the first token a model predicts pull that model down, and that
+// answers slower than the prediction leave it alone (their first token is
+// not seen).
+func TestUnstreamedAnswersBoundTTFT(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, ttftConfig(), nil)
+	ws := pool(1)
+	e := engine{o: 0.006, p: 40e-6, d: 150e-6, c: 4e-9, f: 0.003, budget: 8192}
+	truth := time.Duration(e.ttft(workload{prompt: 1024, budget: 8192}) * 1e9)
+	seed := 5000
+	serve := func(n int, stream bool, ttft, end time.Duration) time.Duration {
+		var pred time.Duration
+		for range n {
+			seed++ // a new prompt each time: nothing is cached
+			d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(seed, 0, 1024), Stream: stream}, ws)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pred = d.Chosen.PredictedTTFT
+			g.clock.Advance(end)
+			g.r.Done(d, Outcome{End: EndCompleted, TTFT: ttft, Duration: end, PromptTokens: 1024, CompletionTokens: 2, CachedTokens: 0})
+		}
+		return pred
+	}
+	slow := serve(60, true, 3*truth, 3*truth+time.Millisecond) // learned 3× slower than it is
+	if after := serve(60, false, 0, 4*truth); after < slow*9/10 {
+		t.Errorf("answers slower than predicted moved the prediction from %v to %v", slow, after)
+	}
+	if n := testutil.ToFloat64(g.r.m.boundedFits); n != 0 {
+		t.Errorf("%v bounded fits from answers slower than predicted", n)
+	}
+	fast := serve(60, false, 0, truth+time.Millisecond)
+	if fast > slow/2 {
+		t.Errorf("after 60 answers ending in %v, the predicted first token is %v (was %v)", truth, fast, slow)
+	}
+	if n := testutil.ToFloat64(g.r.m.boundedFits); n == 0 {
+		t.Error("no bounded fit counted")
+	}
+}
+
+// testIdleWorkerRelaxes: w0 has a bad spell, measured with streamed
+// answers, and is avoided; then traffic goes on, streamed or not, and w0,
+// fast again, must be tried and win back a fair share.
+func testIdleWorkerRelaxes(t *testing.T, streamed bool) {
 	g := newRig(t, PolicyWarmpath, ttftConfig(), nil)
 	ws := pool(2)
 	e := engine{o: 0.006, p: 40e-6, d: 150e-6, c: 4e-9, f: 0.003, budget: 8192}
 	rng := rand.New(rand.NewPCG(9, 9))
-	run := func(n int, slowW0 float64) map[string]int {
+	run := func(n int, slowW0 float64, stream bool) map[string]int {
 		got := map[string]int{}
 		for range n {
 			ids := prompt(1000+rng.IntN(1<<20), 0, 1024)
-			d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: ids}, ws)
+			d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: ids, Stream: stream}, ws)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -829,22 +881,26 @@ func TestIdleWorkerRelaxes(t *testing.T) {
 				f = slowW0
 			}
 			w := workload{prompt: 1024, budget: 8192}
-			ttft := f * e.ttft(w)
-			g.clock.Advance(time.Duration(ttft * 1e9))
-			g.r.Done(d, Outcome{End: EndCompleted, TTFT: time.Duration(ttft * 1e9), Duration: time.Duration(ttft * 1e9),
-				PromptTokens: 1024, CachedTokens: 0})
+			ttft := time.Duration(f * e.ttft(w) * 1e9)
+			end := ttft + 5*time.Millisecond
+			g.clock.Advance(end)
+			o := Outcome{End: EndCompleted, TTFT: ttft, Duration: end, PromptTokens: 1024, CompletionTokens: 2, CachedTokens: 0}
+			if !stream {
+				o.TTFT = 0
+			}
+			g.r.Done(d, o)
 		}
 		return got
 	}
-	run(60, 3) // w0 has a bad spell and is learned 3× slower
-	if got := run(200, 1); got["w0"] != 0 {
+	run(60, 3, true) // w0 has a bad spell and is learned 3× slower
+	if got := run(200, 1, streamed); got["w0"] != 0 {
 		t.Fatalf("w0 judged slow still got %d of 200 requests within the idle period", got["w0"])
 	}
 	// Idle for a few periods while the spell is over: w0 must be tried again.
 	tried := 0
 	for range 6 {
 		g.clock.Advance(DefaultConfig().IdleRelax)
-		tried += run(20, 1)["w0"]
+		tried += run(20, 1, streamed)["w0"]
 	}
 	if tried == 0 {
 		t.Fatal("w0 got no request after three minutes idle: a worker once judged slow is never measured again")
@@ -852,7 +908,7 @@ func TestIdleWorkerRelaxes(t *testing.T) {
 	if n := testutil.ToFloat64(g.r.m.idleRestarts); n == 0 {
 		t.Error("no idle restart counted")
 	}
-	if got := run(200, 1); got["w0"] < 60 {
+	if got := run(200, 1, streamed); got["w0"] < 60 {
 		t.Errorf("w0, fast again and measured, got %d of 200 requests; want a fair share", got["w0"])
 	}
 }
