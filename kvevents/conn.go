@@ -155,64 +155,80 @@ func (c *conn) next() (m Message, ok bool, err error) {
 	return m, err == nil, err
 }
 
-// doReplay asks the replay endpoint for every buffered batch from start on
-// and passes them to onReplay in order, while live messages arriving
-// meanwhile go to onLive. It returns when the end marker arrives, ctx ends,
-// or timeout passes without one.
-func (c *conn) doReplay(ctx context.Context, start uint64, timeout time.Duration, onReplay, onLive func(Message)) error {
-	dealer, err := goczmq.NewDealer(c.replay)
-	if err != nil {
-		return fmt.Errorf("replay %s: %w", c.replay, err)
-	}
+// replayRcvHWM is the replay DEALER's receive high-water mark. The
+// engine's ROUTER drops what does not fit the pipe to a peer (vLLM sets no
+// ROUTER_MANDATORY and sends its whole ring in one loop), so the receiving
+// end is made deep enough to take a full 10,000-batch ring at once.
+const replayRcvHWM = 1 << 20
+
+// replayRound asks the replay endpoint for every buffered batch from start
+// on and passes what arrives to onReplay, in order but possibly with holes
+// (the engine drops what overflows its pipe), while live messages arriving
+// meanwhile go to onLive. It returns ended true when the end marker
+// arrives; ended false with a nil error when data came but then stopped for
+// quiet without a marker (the marker, too, can be dropped); and
+// ErrReplayTimeout when nothing at all came for timeout. Each round uses a
+// new DEALER, so nothing a previous round left in flight arrives in it.
+func (c *conn) replayRound(ctx context.Context, start uint64, timeout, quiet time.Duration, onReplay, onLive func(Message)) (ended bool, err error) {
+	dealer := goczmq.NewSock(goczmq.Dealer)
 	defer dealer.Destroy()
 	dealer.SetLinger(0)
+	dealer.SetRcvhwm(replayRcvHWM) // before Connect: it applies to later connections
+	if err := dealer.Connect(c.replay); err != nil {
+		return false, fmt.Errorf("replay %s: %w", c.replay, err)
+	}
 	poller, err := goczmq.NewPoller(dealer, c.sub)
 	if err != nil {
-		return fmt.Errorf("replay poll: %w", err)
+		return false, fmt.Errorf("replay poll: %w", err)
 	}
 	defer poller.Destroy()
 	var seq [8]byte
 	binary.BigEndian.PutUint64(seq[:], start)
 	if err := dealer.SendFrame(nil, goczmq.FlagMore); err != nil {
-		return fmt.Errorf("replay request: %w", err)
+		return false, fmt.Errorf("replay request: %w", err)
 	}
 	if err := dealer.SendFrame(seq[:], goczmq.FlagNone); err != nil {
-		return fmt.Errorf("replay request: %w", err)
+		return false, fmt.Errorf("replay request: %w", err)
 	}
 	deadline := time.Now().Add(timeout)
+	data := false
 	for ctx.Err() == nil {
 		if time.Now().After(deadline) {
-			return ErrReplayTimeout
+			if data {
+				return false, nil
+			}
+			return false, ErrReplayTimeout
 		}
 		switch poller.Wait(int(pollInterval / time.Millisecond)) {
 		case nil:
 		case c.sub:
 			frames, err := c.sub.RecvMessage()
 			if err != nil {
-				return fmt.Errorf("receive: %w", err)
+				return false, fmt.Errorf("receive: %w", err)
 			}
 			m, err := parseLive(frames)
 			if err != nil {
-				return err
+				return false, err
 			}
 			onLive(m)
 		case dealer:
 			frames, err := dealer.RecvMessage()
 			if err != nil {
-				return fmt.Errorf("replay receive: %w", err)
+				return false, fmt.Errorf("replay receive: %w", err)
 			}
 			m, end, err := parseReplay(frames)
 			if err != nil {
-				return err
+				return false, err
 			}
 			if end {
-				return nil
+				return true, nil
 			}
-			deadline = time.Now().Add(timeout)
+			data = true
+			deadline = time.Now().Add(quiet)
 			onReplay(m)
 		}
 	}
-	return ctx.Err()
+	return false, ctx.Err()
 }
 
 // Tail subscribes to endpoint (filtered by the topic prefix) and calls fn
@@ -242,7 +258,9 @@ func Tail(ctx context.Context, endpoint, replay, topic string, fn func(Message) 
 	}
 	if replay != "" {
 		var live []Message
-		err := c.doReplay(ctx, 0, 10*time.Second, deliver, func(m Message) { live = append(live, m) })
+		// One round: an operator's tail shows what the engine sent, holes
+		// included.
+		_, err := c.replayRound(ctx, 0, 10*time.Second, time.Second, deliver, func(m Message) { live = append(live, m) })
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/zeebo/xxh3"
 	"github.com/zeromq/goczmq"
 
@@ -30,6 +32,10 @@ type fakeEngine struct {
 	mu      sync.Mutex
 	ring    []Message
 	ringCap int
+	// pipe, when positive, is how many messages of one replay fit the
+	// pipe to the client: the rest, and the end marker, are dropped, as
+	// a ROUTER drops what meets its high-water mark.
+	pipe int
 
 	seq    uint64
 	blocks map[uint64]int // engine hash → copies
@@ -38,7 +44,9 @@ type fakeEngine struct {
 	done   chan struct{}
 }
 
-func newFakeEngine(t *testing.T, topic string, replay, replayTopic bool, ringCap int) *fakeEngine {
+// newFakeEngine starts an engine; routerOpts set options of its replay
+// ROUTER before it binds.
+func newFakeEngine(t *testing.T, topic string, replay, replayTopic bool, ringCap int, routerOpts ...func(*goczmq.Sock)) *fakeEngine {
 	t.Helper()
 	czmqInit()
 	pub := goczmq.NewSock(goczmq.Pub)
@@ -57,6 +65,9 @@ func newFakeEngine(t *testing.T, topic string, replay, replayTopic bool, ringCap
 		return e
 	}
 	router := goczmq.NewSock(goczmq.Router)
+	for _, o := range routerOpts {
+		o(router)
+	}
 	rport, err := router.Bind("tcp://127.0.0.1:*")
 	if err != nil {
 		t.Fatal(err)
@@ -97,9 +108,13 @@ func (e *fakeEngine) serveReplays(router *goczmq.Sock) {
 		}
 		start := binary.BigEndian.Uint64(req[2])
 		e.mu.Lock()
-		ring := append([]Message(nil), e.ring...)
+		ring, pipe := append([]Message(nil), e.ring...), e.pipe
 		e.mu.Unlock()
+		sent := 0
 		send := func(frames ...[]byte) {
+			if sent++; pipe > 0 && sent > pipe {
+				return
+			}
 			if err := router.SendMessage(append([][]byte{req[0], {}}, frames...)); err != nil {
 				e.t.Error(err)
 			}
@@ -283,7 +298,7 @@ func TestLiveSubscriberConverges(t *testing.T) {
 				// No replay: wait until the SUB is surely connected.
 				for i := 0; ; i++ {
 					eng.step(seqTokens(50000+i*testBlock, testBlock+1), 0, false)
-					if statusOf(subs, src).LastSeq >= 0 {
+					if statusOf(subs, src).LastSeq != nil {
 						break
 					}
 					time.Sleep(10 * time.Millisecond) // pacing the probe, not an assertion
@@ -293,14 +308,14 @@ func TestLiveSubscriberConverges(t *testing.T) {
 			prompts := workload(rng, steps)
 			for i, p := range prompts {
 				if tc.restartAt > 0 && i == tc.restartAt {
-					last := int64(eng.seq - 1)
-					waitFor(t, "pre-restart seq", func() bool { return statusOf(subs, src).LastSeq == last })
+					last := eng.seq - 1
+					waitFor(t, "pre-restart seq", func() bool { return statusOf(subs, src).at(last) })
 					eng.restart()
 				}
 				eng.step(p, rng.IntN(3), i < steps-3 && tc.drop(i))
 			}
-			last := int64(eng.seq - 1)
-			waitFor(t, "last seq applied", func() bool { return statusOf(subs, src).LastSeq == last })
+			last := eng.seq - 1
+			waitFor(t, "last seq applied", func() bool { return statusOf(subs, src).at(last) })
 			key := kvindex.ChainKey{Model: "qwen3"}
 			check := func() string {
 				for i, p := range prompts {
@@ -330,6 +345,102 @@ func TestLiveSubscriberConverges(t *testing.T) {
 	}
 }
 
+// TestLiveReplayLargerThanThePipe starts a subscriber against an engine
+// whose replay ring holds 10,000 batches, more than one replay answer
+// delivers: the engine drops what does not fit the pipe and the end marker
+// with it (pipe), or its ROUTER's own high-water mark does (sndhwm). The
+// replay must ask again from its first hole until it holds every batch,
+// and only then report the stream caught up, with the index equal to the
+// engine's cache.
+func TestLiveReplayLargerThanThePipe(t *testing.T) {
+	t.Parallel()
+	const batches = 10000
+	tests := []struct {
+		name   string
+		pipe   int
+		sndhwm int
+	}{
+		{name: "a pipe of 3,000 messages and no end marker", pipe: 3000},
+		{name: "the ROUTER's default high-water mark"},
+		{name: "a ROUTER high-water mark of 200", sndhwm: 200},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			eng := newFakeEngine(t, "", true, true, batches, func(r *goczmq.Sock) {
+				if tc.sndhwm > 0 {
+					r.SetSndhwm(tc.sndhwm)
+				}
+			})
+			eng.mu.Lock()
+			eng.pipe = tc.pipe
+			eng.mu.Unlock()
+			rng := rand.New(rand.NewPCG(11, uint64(tc.pipe)))
+			prompts := workload(rng, batches)
+			for _, p := range prompts {
+				eng.step(p, rng.IntN(3), true) // no subscriber yet: only the ring has them
+			}
+			reg := prometheus.NewPedanticRegistry()
+			ix := newIndex(t, reg)
+			subs := newSubscribers(t, ix, Config{ReplayTimeout: time.Minute}, component.Options{Registerer: reg})
+			go func() { _ = subs.Run(t.Context()) }()
+			subs.Update([]discovery.Worker{{Name: "w0", Models: []string{"qwen3"}, KVEvents: eng.pubEP, KVReplay: eng.routerEP}})
+			waitFor(t, "caught up", func() bool { return subs.CaughtUp("w0") })
+			src := kvindex.Source{Worker: "w0", Model: "qwen3"}
+			st := statusOf(subs, src)
+			if !st.at(batches-1) || st.LastReplay != "ok" {
+				t.Fatalf("caught up at seq %d (-1: none), last replay %q; want %d, ok", lastOf(st), st.LastReplay, batches-1)
+			}
+			key := kvindex.ChainKey{Model: "qwen3"}
+			for i, p := range prompts {
+				got, _ := cachedOn(ix.Lookup(key, p, testBlock), "w0")
+				if want := eng.truth(p); got != want {
+					t.Fatalf("prompt %d: index says %d cached, engine holds %d", i, got, want)
+				}
+			}
+			if r := indexStatusOf(ix, src).Resets; r != 0 {
+				t.Errorf("%d resets", r)
+			}
+			rounds := testutil.ToFloat64(subs.m.replayRounds)
+			if tc.pipe > 0 && rounds < batches/float64(tc.pipe) {
+				t.Errorf("%v replay rounds for %d batches through a pipe of %d", rounds, batches, tc.pipe)
+			}
+			t.Logf("%v replay rounds", rounds)
+		})
+	}
+}
+
+// TestLiveInitialReplayUnanswered points a stream at a replay endpoint that
+// never answers: the stream is not caught up while its initial replay is
+// retried, and after the last attempt goes on from live messages, caught up
+// with its last replay failed.
+func TestLiveInitialReplayUnanswered(t *testing.T) {
+	t.Parallel()
+	eng := newFakeEngine(t, "", false, false, 0)
+	mute := goczmq.NewSock(goczmq.Router)
+	port, err := mute.Bind("tcp://127.0.0.1:*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(mute.Destroy)
+	subs := newSubscribers(t, newIndex(t, nil), Config{ReplayTimeout: 50 * time.Millisecond}, component.Options{})
+	go func() { _ = subs.Run(t.Context()) }()
+	subs.Update([]discovery.Worker{{Name: "w0", Models: []string{"qwen3"}, KVEvents: eng.pubEP, KVReplay: fmt.Sprintf("tcp://127.0.0.1:%d", port)}})
+	src := kvindex.Source{Worker: "w0", Model: "qwen3"}
+	waitFor(t, "a first replay", func() bool { return statusOf(subs, src).Replays > 0 })
+	if subs.CaughtUp("w0") {
+		t.Fatal("caught up after a failed initial replay with attempts left")
+	}
+	waitFor(t, "caught up", func() bool { return subs.CaughtUp("w0") })
+	if st := statusOf(subs, src); st.Replays != initialAttempts || st.LastReplay != "failed" {
+		t.Errorf("%d replays, last %q; want %d, failed", st.Replays, st.LastReplay, initialAttempts)
+	}
+	for i := 0; statusOf(subs, src).LastSeq == nil; i++ {
+		eng.step(seqTokens(50000+i*testBlock, testBlock+1), 0, false)
+		time.Sleep(10 * time.Millisecond) // pacing the probe, not an assertion
+	}
+}
+
 func never(int) bool { return false }
 
 func every(n int) func(int) bool { return func(i int) bool { return i%n == n-1 } }
@@ -337,15 +448,26 @@ func every(n int) func(int) bool { return func(i int) bool { return i%n == n-1 }
 func between(lo, hi int) func(int) bool { return func(i int) bool { return i >= lo && i < hi } }
 
 // statusOf returns the subscribers' status of src's stream, or a zero
-// one (LastSeq -1).
+// one (LastSeq nil).
 func statusOf(subs *Subscribers, src kvindex.Source) StreamStatus {
 	for _, st := range subs.Streams() {
 		if st.Worker == src.Worker && st.Rank == src.Rank {
 			return st
 		}
 	}
-	return StreamStatus{LastSeq: -1}
+	return StreamStatus{}
 }
+
+// lastOf returns the last applied seq as a signed number, -1 for none.
+func lastOf(st StreamStatus) int64 {
+	if st.LastSeq == nil {
+		return -1
+	}
+	return int64(*st.LastSeq)
+}
+
+// at reports whether seq is the last applied.
+func (st StreamStatus) at(seq uint64) bool { return st.LastSeq != nil && *st.LastSeq == seq }
 
 // indexStatusOf returns the index's status of src's stream, or a zero one.
 func indexStatusOf(ix *kvindex.Index, src kvindex.Source) kvindex.StreamStatus {
@@ -425,7 +547,7 @@ func TestLiveDataParallelRanks(t *testing.T) {
 	}{{p0, 0, 2}, {p1, 1, 5}} {
 		waitFor(t, fmt.Sprintf("rank %d", r.rank), func() bool {
 			send(r.pub, 0, r.blocks)
-			return statusOf(subs, kvindex.Source{Worker: "w", Rank: r.rank}).LastSeq == 0
+			return statusOf(subs, kvindex.Source{Worker: "w", Rank: r.rank}).at(0)
 		})
 	}
 	// A resend still queued arrives as seq 0 again: the stream takes it for

@@ -11,6 +11,7 @@ type metrics struct {
 	decodeErrors     prometheus.Counter
 	gaps             prometheus.Counter
 	replays          *prometheus.CounterVec
+	replayRounds     prometheus.Counter
 	skipped          *prometheus.CounterVec
 	skipUnknownEvent prometheus.Counter
 	skipUnknownField prometheus.Counter
@@ -34,14 +35,18 @@ func newMetrics(o component.Options) (*metrics, error) {
 		}),
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "warmpath", Subsystem: "kvevents", Name: "replays_total",
-			Help: "Replay requests, by result (ok, truncated, failed).",
+			Help: "Replays, by result (ok, truncated, incomplete, failed).",
 		}, []string{"result"}),
+		replayRounds: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "warmpath", Subsystem: "kvevents", Name: "replay_rounds_total",
+			Help: "Replay requests sent: a replay asks again from its first hole while the engine's answers arrive with holes.",
+		}),
 		skipped:          skipped,
 		skipUnknownEvent: skipped.WithLabelValues("unknown_event"),
 		skipUnknownField: skipped.WithLabelValues("unknown_field"),
 		skipOtherGroup:   skipped.WithLabelValues("other_group"),
 	}
-	if err := o.Register("kvevents", m.decodeErrors, m.gaps, m.replays, skipped); err != nil {
+	if err := o.Register("kvevents", m.decodeErrors, m.gaps, m.replays, m.replayRounds, skipped); err != nil {
 		return nil, err
 	}
 	return m, nil

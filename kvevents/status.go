@@ -15,13 +15,17 @@ type StreamStatus struct {
 	Worker string `json:"worker"`
 	Rank   int    `json:"rank"`
 	Model  string `json:"model"`
-	// LastSeq is the last applied sequence number, -1 before any.
-	LastSeq int64 `json:"last_seq"`
+	// LastSeq is the last applied sequence number, nil (null) before any.
+	LastSeq *uint64 `json:"last_seq"`
 	// Gaps and Replays count sequence gaps seen and replays performed.
 	Gaps    uint64 `json:"gaps"`
 	Replays uint64 `json:"replays"`
-	// CaughtUp is true once the initial replay (or, without a replay
-	// endpoint, the subscription) is done.
+	// LastReplay is the result of the last replay: ok, truncated (the
+	// engine no longer held the first missing batch), incomplete (holes
+	// remained after every round) or failed; "" before any.
+	LastReplay string `json:"last_replay,omitempty"`
+	// CaughtUp is true once the initial replay is complete (or, without a
+	// replay endpoint, the subscription is made), or its attempts are spent.
 	CaughtUp bool `json:"caught_up"`
 }
 
@@ -65,7 +69,7 @@ func (s *Subscribers) update(src kvindex.Source, fn func(st *StreamStatus)) {
 	name := streamName{src.Worker, src.Rank}
 	st := s.status[name]
 	if st == nil {
-		st = &StreamStatus{Worker: src.Worker, Rank: src.Rank, LastSeq: -1}
+		st = &StreamStatus{Worker: src.Worker, Rank: src.Rank}
 		s.status[name] = st
 	}
 	st.Model = src.Model

@@ -16,7 +16,7 @@ import (
 func testStream(subs *Subscribers, src kvindex.Source) *stream {
 	subs.ix.AddStream(src)
 	subs.update(src, func(st *StreamStatus) { st.CaughtUp = false })
-	return &stream{s: subs, spec: streamSpec{src: src}, last: -1, dupTo: -1}
+	return &stream{s: subs, spec: streamSpec{src: src}}
 }
 
 // emptyBatch is a payload without events.
@@ -51,7 +51,7 @@ func TestStreamSequence(t *testing.T) {
 		name         string
 		seqs         []uint64
 		payload      map[uint64][]byte // by seq; emptyBatch otherwise
-		last         int64
+		last         uint64
 		gaps         uint64
 		resets       map[string]float64
 		decodeErrors float64
@@ -63,6 +63,8 @@ func TestStreamSequence(t *testing.T) {
 		{name: "the end marker is no data", seqs: []uint64{0, endSeq}, last: 0, decodeErrors: 1},
 		{name: "an undecodable payload counts and keeps the sequence", seqs: []uint64{0, 1, 2},
 			payload: map[uint64][]byte{1: bad}, last: 2, decodeErrors: 1},
+		{name: "seqs past 2^63 follow on", seqs: []uint64{1<<63 - 1, 1 << 63, 1<<63 + 1}, last: 1<<63 + 1},
+		{name: "a gap past 2^63 is a gap", seqs: []uint64{1<<63 - 1, 1<<63 + 1}, last: 1<<63 + 1, gaps: 1, resets: map[string]float64{"gap_no_replay": 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,14 +82,14 @@ func TestStreamSequence(t *testing.T) {
 				st.live(t.Context(), Message{Seq: seq, Payload: p})
 			}
 			got := statusOf(subs, src)
-			if got.LastSeq != tc.last || got.Gaps != tc.gaps || got.Replays != 0 {
+			if got.LastSeq == nil || *got.LastSeq != tc.last || got.Gaps != tc.gaps || got.Replays != 0 {
 				t.Errorf("status %+v, want last seq %d, %d gaps", got, tc.last, tc.gaps)
 			}
 			if n := testutil.ToFloat64(subs.m.decodeErrors); n != tc.decodeErrors {
 				t.Errorf("%v decode errors, want %v", n, tc.decodeErrors)
 			}
 			var want uint64
-			for _, reason := range []string{"seq_backwards", "gap_no_replay", "gap_after_replay", "replay_truncated", "replay_failed"} {
+			for _, reason := range []string{"seq_backwards", "gap_no_replay", "gap_after_replay", "replay_truncated", "replay_incomplete", "replay_failed"} {
 				want += uint64(tc.resets[reason])
 				if n := counterValue(t, reg, "warmpath_kvindex_resets_total", reason); n != tc.resets[reason] {
 					t.Errorf("%v resets for %s, want %v", n, reason, tc.resets[reason])

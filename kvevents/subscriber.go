@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -233,10 +235,22 @@ func (s *Subscribers) hasWorker(streams map[streamName]*running, worker string) 
 	return false
 }
 
+// Bounds of a replay. A replay asks again from its first hole as long as
+// its rounds bring batches it lacked, until stallRounds rounds in a row
+// bring none or maxRounds were asked. initialAttempts is how many times a
+// stream retries an initial replay that stayed incomplete (after
+// initialBackoff, doubling) before it serves without the engine's history.
+const (
+	stallRounds     = 3
+	maxRounds       = 1000
+	initialAttempts = 4
+	initialBackoff  = time.Second
+)
+
 // runStream subscribes one (worker, rank) until ctx ends, redialling after
 // socket errors.
 func (s *Subscribers) runStream(ctx context.Context, spec streamSpec) {
-	st := &stream{s: s, spec: spec, last: -1, dupTo: -1}
+	st := &stream{s: s, spec: spec}
 	s.ix.AddStream(spec.src)
 	s.update(spec.src, func(ss *StreamStatus) { ss.CaughtUp = false })
 	for ctx.Err() == nil {
@@ -260,14 +274,18 @@ type stream struct {
 	dec  Decoder
 	b    Batch
 	conv converter
-	last int64 // last applied seq, -1 before any
-	// anchored is true when the next seq is known to be last+1: after a
+	// next is the seq after the last applied one; applied is false before
+	// any was.
+	next    uint64
+	applied bool
+	// anchored is true when the next seq is known to be next: after a
 	// successful initial replay, or once a first live message was applied.
 	anchored bool
-	// dupFrom..dupTo are the seqs the last replay applied (dupTo −1: none).
-	// Live copies of them may still be queued on the SUB socket until a live
+	// dupFrom..dupTo are the seqs the last replay applied, when dups. Live
+	// copies of them may still be queued on the SUB socket until a live
 	// message past dupTo arrives; after that, an old seq means a restart.
-	dupFrom, dupTo int64
+	dupFrom, dupTo uint64
+	dups           bool
 }
 
 func (st *stream) run(ctx context.Context) error {
@@ -277,10 +295,9 @@ func (st *stream) run(ctx context.Context) error {
 	}
 	defer c.close()
 	st.c = c
-	st.dupTo = -1
+	st.dups = false
 	if st.spec.replay != "" {
-		// Initial replay: learn what the engine's buffer still holds.
-		st.replayFrom(ctx, uint64(st.last+1))
+		st.initialReplay(ctx)
 	}
 	st.s.update(st.spec.src, func(ss *StreamStatus) { ss.CaughtUp = true })
 	for ctx.Err() == nil {
@@ -299,20 +316,50 @@ func (st *stream) run(ctx context.Context) error {
 	return nil
 }
 
+// initialReplay learns what the engine's buffer still holds. A replay that
+// stays incomplete leaves the stream reset; it is tried again from scratch
+// after a backoff, up to initialAttempts times, before the stream goes on
+// with live messages only, so that an engine whose replay endpoint is
+// broken does not keep warmpath unready for good.
+func (st *stream) initialReplay(ctx context.Context) {
+	if st.anchored {
+		// A redial of a stream that was anchored: catch up what it missed.
+		st.replayFrom(ctx, st.next)
+		return
+	}
+	backoff := initialBackoff
+	for attempt := 1; ; attempt++ {
+		if st.replayFrom(ctx, st.next) || ctx.Err() != nil {
+			return
+		}
+		if attempt == initialAttempts {
+			st.s.log.Warn("kv events: serving without this engine's replay; its cached blocks are learnt from live events only",
+				"worker", st.spec.src.Worker, "rank", st.spec.src.Rank, "attempts", attempt)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+		st.next, st.applied, st.anchored = 0, false, false
+	}
+}
+
 // live handles one live message in sequence order.
 func (st *stream) live(ctx context.Context, m Message) {
-	seq := int64(m.Seq)
-	if st.dupTo >= 0 && seq > st.dupTo {
-		st.dupTo = -1
+	if st.dups && m.Seq > st.dupTo {
+		st.dups = false
 	}
 	switch {
 	case m.Seq == endSeq:
 		st.s.m.decodeErrors.Inc()
-	case !st.anchored || seq == st.last+1:
+	case !st.anchored || m.Seq == st.next:
 		st.apply(m)
-	case st.dupTo >= 0 && seq >= st.dupFrom:
+	case st.dups && m.Seq >= st.dupFrom:
 		// Already applied through a replay.
-	case seq <= st.last:
+	case m.Seq < st.next:
 		st.reset("seq_backwards")
 		st.apply(m)
 	default:
@@ -323,62 +370,109 @@ func (st *stream) live(ctx context.Context, m Message) {
 			st.apply(m)
 			return
 		}
-		st.replayFrom(ctx, uint64(st.last+1), m)
+		st.replayFrom(ctx, st.next, m)
 	}
 }
 
-// replayFrom replays from start, applying replayed batches, then the live
-// messages that arrived meanwhile (pre first), deduplicated by seq.
-func (st *stream) replayFrom(ctx context.Context, start uint64, pre ...Message) {
+// replayFrom replays from start in rounds: each applies what follows the
+// last applied seq and holds what arrives after a hole, and the next round
+// asks again from the first hole, until a round ends with the engine's end
+// marker, nothing held, and the live messages that arrived meanwhile (pre
+// first) following on. Then it applies the held and live messages,
+// deduplicated by seq. It reports whether the replay was complete; an
+// initial replay that was not is left reset for the caller to retry, any
+// other clears the stream and goes on from the live messages.
+func (st *stream) replayFrom(ctx context.Context, start uint64, pre ...Message) (complete bool) {
 	initial := !st.anchored
 	buffered := pre
-	first := true
-	overflow := false
-	st.dupTo = -1
-	err := st.c.doReplay(ctx, start, st.s.replayTimeout, func(m Message) {
-		if first {
-			first = false
-			if m.Seq != start && !initial {
-				// The engine no longer holds what we missed.
-				st.s.m.replays.WithLabelValues("truncated").Inc()
-				st.reset("replay_truncated")
+	held := make(map[uint64]Message)
+	overflow, truncated := false, false
+	var dupFrom uint64
+	var err error
+	st.dups = false
+	rounds, stalled := 0, 0
+	for ; rounds < maxRounds && stalled < stallRounds && !complete && !overflow; rounds++ {
+		before, beforeHeld := st.next, len(held)
+		from, mustStart := start, st.anchored
+		if st.anchored {
+			from = st.next
+		}
+		first := true
+		var ended bool
+		ended, err = st.c.replayRound(ctx, from, st.s.replayTimeout, st.quiet(), func(m Message) {
+			if first {
+				first = false
+				if rounds == 0 {
+					dupFrom = m.Seq
+				}
+				if m.Seq != from && mustStart {
+					// The engine no longer holds what we missed: a round's
+					// first message is never dropped, its pipe starts empty.
+					truncated, dupFrom = true, m.Seq
+					st.reset("replay_truncated")
+					st.anchored = false
+				}
 			}
-			st.dupFrom = int64(m.Seq)
+			st.take(m, held, &overflow, len(buffered))
+		}, func(m Message) {
+			if len(buffered)+len(held) >= maxBuffered {
+				overflow = true
+				return
+			}
+			buffered = append(buffered, m)
+		})
+		if err != nil {
+			break
 		}
-		if int64(m.Seq) > st.last {
-			st.apply(m)
-			st.dupTo = st.last
+		for seq := range held {
+			if seq < st.next {
+				delete(held, seq)
+			}
 		}
-	}, func(m Message) {
-		if len(buffered) >= maxBuffered {
-			overflow = true
-			return
+		complete = ended && len(held) == 0 && st.follows(buffered)
+		if st.next == before && len(held) == beforeHeld {
+			stalled++
+		} else {
+			stalled = 0
 		}
-		buffered = append(buffered, m)
-	})
+	}
+	st.s.m.replayRounds.Add(float64(rounds))
 	st.s.update(st.spec.src, func(ss *StreamStatus) { ss.Replays++ })
+	var result string
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return
+		return false
 	case err != nil || overflow:
-		st.s.m.replays.WithLabelValues("failed").Inc()
-		st.s.log.Warn("kv events replay failed", "worker", st.spec.src.Worker, "rank", st.spec.src.Rank,
-			"start", start, "err", err, "overflow", overflow)
-		if !initial {
-			st.reset("replay_failed")
-		}
-		st.anchored = false // accept the next message as a new start
-		st.dupTo = -1
+		result = "failed"
+	case !complete:
+		result = "incomplete"
+	case truncated:
+		result = "truncated"
 	default:
-		st.s.m.replays.WithLabelValues("ok").Inc()
-		st.anchored = true
+		result = "ok"
 	}
-	for _, m := range buffered {
-		seq := int64(m.Seq)
+	st.s.m.replays.WithLabelValues(result).Inc()
+	st.s.update(st.spec.src, func(ss *StreamStatus) { ss.LastReplay = result })
+	if !complete {
+		st.s.log.Warn("kv events replay incomplete", "worker", st.spec.src.Worker, "rank", st.spec.src.Rank,
+			"start", start, "rounds", rounds, "result", result, "err", err, "overflow", overflow,
+			"applied_to", st.next, "held", len(held), "live", len(buffered))
+		st.reset("replay_" + result)
+		st.anchored, st.dups = false, false
+		if initial {
+			return false
+		}
+	}
+	if complete && st.applied {
+		st.dupFrom, st.dupTo, st.dups = dupFrom, st.next-1, true
+	}
+	rest := slices.Collect(maps.Values(held))
+	slices.SortFunc(rest, func(a, b Message) int { return cmp.Compare(a.Seq, b.Seq) })
+	for _, m := range append(rest, buffered...) {
 		switch {
-		case !st.anchored || seq == st.last+1:
+		case !st.anchored || m.Seq == st.next:
 			st.apply(m)
-		case seq <= st.last:
+		case m.Seq < st.next:
 			// Duplicate of a replayed batch.
 		default:
 			// Still a hole after the replay: what is missing is lost.
@@ -387,20 +481,68 @@ func (st *stream) replayFrom(ctx context.Context, start uint64, pre ...Message) 
 			st.apply(m)
 		}
 	}
+	return complete
 }
+
+// take applies a replayed message that follows the last applied one (or
+// any, before the stream is anchored) and then the held ones it unblocks;
+// one past a hole is held for a later round, up to maxBuffered messages.
+func (st *stream) take(m Message, held map[uint64]Message, overflow *bool, buffered int) {
+	switch {
+	case !st.anchored || m.Seq == st.next:
+		st.apply(m)
+		for {
+			h, ok := held[st.next]
+			if !ok {
+				return
+			}
+			delete(held, st.next)
+			st.apply(h)
+		}
+	case m.Seq > st.next:
+		if _, ok := held[m.Seq]; ok {
+			return
+		}
+		if len(held)+buffered >= maxBuffered {
+			*overflow = true
+			return
+		}
+		held[m.Seq] = m
+	}
+}
+
+// follows reports whether the live messages continue the applied ones: one
+// of them is at or before the next seq, or there are none.
+func (st *stream) follows(live []Message) bool {
+	if len(live) == 0 || !st.anchored {
+		return true
+	}
+	for _, m := range live {
+		if m.Seq <= st.next {
+			return true
+		}
+	}
+	return false
+}
+
+// quiet is how long a replay round waits after its last message for an end
+// marker the engine may have dropped before it asks again. The engine sends
+// a replay in one loop, so a pause this long means the rest was dropped; a
+// round that ends too early only costs another round.
+func (st *stream) quiet() time.Duration { return min(st.s.replayTimeout, 250*time.Millisecond) }
 
 // apply decodes m and applies its events to the index, then records its
 // seq: a reader that sees the seq sees the events applied.
 func (st *stream) apply(m Message) {
-	st.last = int64(m.Seq)
-	st.anchored = true
+	st.next, st.applied, st.anchored = m.Seq+1, true, true
 	if err := st.dec.Decode(m.Payload, &st.b); err != nil {
 		st.s.m.decodeErrors.Inc()
 		st.s.log.Warn("kv events decode", "worker", st.spec.src.Worker, "rank", st.spec.src.Rank, "seq", m.Seq, "err", err)
 	} else {
 		st.s.ix.Apply(st.spec.src, st.conv.convert(&st.b, st.s.m))
 	}
-	st.s.update(st.spec.src, func(ss *StreamStatus) { ss.LastSeq = st.last })
+	seq := m.Seq
+	st.s.update(st.spec.src, func(ss *StreamStatus) { ss.LastSeq = &seq })
 }
 
 func (st *stream) reset(reason string) {

@@ -18,12 +18,13 @@ type streamStatus struct {
 	Model       string    `json:"model"`
 	Blocks      int       `json:"blocks_indexed"`
 	Batches     uint64    `json:"batches_applied"`
-	LastSeq     int64     `json:"last_seq"`
+	LastSeq     *uint64   `json:"last_seq"`
 	Gaps        uint64    `json:"gaps"`
 	Replays     uint64    `json:"replays"`
 	Resets      uint64    `json:"resets"`
 	Unreachable uint64    `json:"unreachable_stores"`
 	BlockSize   int       `json:"block_size_seen"`
+	LastReplay  string    `json:"last_replay,omitempty"`
 	CaughtUp    bool      `json:"caught_up"`
 	LastEventAt time.Time `json:"last_event_at,omitzero"`
 	Stale       bool      `json:"stale"`
@@ -32,7 +33,7 @@ type streamStatus struct {
 // mergeStreams joins the index's and the subscribers' views of each
 // stream, ordered by worker and rank. A stream only one side knows (read a
 // moment apart, the two may differ) gets the other side's zero values,
-// with last_seq -1.
+// with last_seq null.
 func mergeStreams(index []kvindex.StreamStatus, subs []kvevents.StreamStatus) []streamStatus {
 	type key struct {
 		worker string
@@ -45,7 +46,7 @@ func mergeStreams(index []kvindex.StreamStatus, subs []kvevents.StreamStatus) []
 		if e, ok := byKey[k]; ok {
 			return e
 		}
-		e := &streamStatus{Worker: worker, Rank: rank, Model: model, LastSeq: -1}
+		e := &streamStatus{Worker: worker, Rank: rank, Model: model}
 		byKey[k] = e
 		out = append(out, e)
 		return e
@@ -57,7 +58,7 @@ func mergeStreams(index []kvindex.StreamStatus, subs []kvevents.StreamStatus) []
 	}
 	for _, s := range subs {
 		e := entry(s.Worker, s.Rank, s.Model)
-		e.LastSeq, e.Gaps, e.Replays, e.CaughtUp = s.LastSeq, s.Gaps, s.Replays, s.CaughtUp
+		e.LastSeq, e.Gaps, e.Replays, e.LastReplay, e.CaughtUp = s.LastSeq, s.Gaps, s.Replays, s.LastReplay, s.CaughtUp
 	}
 	slices.SortFunc(out, func(a, b *streamStatus) int {
 		return cmp.Or(cmp.Compare(a.Worker, b.Worker), cmp.Compare(a.Rank, b.Rank))

@@ -2,8 +2,9 @@ package app
 
 import (
 	"encoding/json"
-	"fmt"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,16 +24,16 @@ func TestMergeStreams(t *testing.T) {
 		{
 			name:  "both views of a stream",
 			index: []kvindex.StreamStatus{{Worker: "w0", Model: "m", Blocks: 40, Resets: 1, Unreachable: 2, BlockSize: 16, LastEventAt: at}},
-			subs:  []kvevents.StreamStatus{{Worker: "w0", Model: "m", LastSeq: 9, Gaps: 3, Replays: 4, CaughtUp: true}},
-			want: []streamStatus{{Worker: "w0", Model: "m", Blocks: 40, LastSeq: 9, Gaps: 3, Replays: 4, Resets: 1,
-				Unreachable: 2, BlockSize: 16, CaughtUp: true, LastEventAt: at}},
+			subs:  []kvevents.StreamStatus{{Worker: "w0", Model: "m", LastSeq: seq(9), Gaps: 3, Replays: 4, LastReplay: "ok", CaughtUp: true}},
+			want: []streamStatus{{Worker: "w0", Model: "m", Blocks: 40, LastSeq: seq(9), Gaps: 3, Replays: 4, Resets: 1,
+				Unreachable: 2, BlockSize: 16, LastReplay: "ok", CaughtUp: true, LastEventAt: at}},
 		},
 		{
 			name:  "one side each, ordered by worker and rank",
 			index: []kvindex.StreamStatus{{Worker: "w1", Rank: 1, Model: "m", Blocks: 5, Stale: true}},
-			subs:  []kvevents.StreamStatus{{Worker: "w1", Model: "m", LastSeq: 2}, {Worker: "w0", Model: "m", LastSeq: -1}},
-			want: []streamStatus{{Worker: "w0", Model: "m", LastSeq: -1}, {Worker: "w1", Model: "m", LastSeq: 2},
-				{Worker: "w1", Rank: 1, Model: "m", Blocks: 5, LastSeq: -1, Stale: true}},
+			subs:  []kvevents.StreamStatus{{Worker: "w1", Model: "m", LastSeq: seq(2)}, {Worker: "w0", Model: "m"}},
+			want: []streamStatus{{Worker: "w0", Model: "m"}, {Worker: "w1", Model: "m", LastSeq: seq(2)},
+				{Worker: "w1", Rank: 1, Model: "m", Blocks: 5, Stale: true}},
 		},
 		{name: "none", want: []streamStatus{}},
 	}
@@ -40,18 +41,21 @@ func TestMergeStreams(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			got := mergeStreams(tc.index, tc.subs)
-			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tc.want)
 			}
 		})
 	}
 }
 
+func seq(v uint64) *uint64 { return &v }
+
 // TestStreamStatusJSON pins the field names of /debug/workers' "index"
-// entries, which operators' scripts read.
+// entries, which operators' scripts read, and shows a sequence number past
+// 2^63 as the engine sent it.
 func TestStreamStatusJSON(t *testing.T) {
 	t.Parallel()
-	b, err := json.Marshal(streamStatus{LastEventAt: time.Unix(1, 0)})
+	b, err := json.Marshal(streamStatus{LastEventAt: time.Unix(1, 0), LastSeq: seq(1<<63 + 5), LastReplay: "ok"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,9 +68,12 @@ func TestStreamStatusJSON(t *testing.T) {
 		got = append(got, k)
 	}
 	slices.Sort(got)
-	want := []string{"batches_applied", "block_size_seen", "blocks_indexed", "caught_up", "gaps", "last_event_at", "last_seq", "model",
+	want := []string{"batches_applied", "block_size_seen", "blocks_indexed", "caught_up", "gaps", "last_event_at", "last_replay", "last_seq", "model",
 		"rank", "replays", "resets", "stale", "unreachable_stores", "worker"}
 	if !slices.Equal(got, want) {
 		t.Errorf("fields %v, want %v", got, want)
+	}
+	if !strings.Contains(string(b), `"last_seq":9223372036854775813,`) {
+		t.Errorf("last_seq past 2^63 not shown as sent: %s", b)
 	}
 }
