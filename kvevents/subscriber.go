@@ -388,6 +388,7 @@ func (st *stream) replayFrom(ctx context.Context, start uint64, pre ...Message) 
 	held := make(map[uint64]Message)
 	overflow, truncated := false, false
 	var dupFrom uint64
+	missedFirst := 0 // rounds in a row whose first message was past from
 	var err error
 	st.dups = false
 	rounds, stalled := 0, 0
@@ -405,9 +406,12 @@ func (st *stream) replayFrom(ctx context.Context, start uint64, pre ...Message) 
 				if rounds == 0 {
 					dupFrom = m.Seq
 				}
-				if m.Seq != from && mustStart {
-					// The engine no longer holds what we missed: a round's
-					// first message is never dropped, its pipe starts empty.
+				if m.Seq == from || !mustStart {
+					missedFirst = 0
+				} else if missedFirst++; missedFirst == 2 {
+					// Two rounds in a row began past from (a first message
+					// is seldom dropped, its pipe starts empty): the engine
+					// no longer holds what we missed.
 					truncated, dupFrom = true, m.Seq
 					st.reset("replay_truncated")
 					st.anchored = false
