@@ -73,6 +73,12 @@
 // (block, worker) entry costs 52–62 bytes when one worker holds the block,
 // depending on how full the tables are, and less when several share it.
 //
+// The entry budget bounds them all. Past it the least recently touched
+// block goes first, except a block of one stream that holds no more than
+// its fair share of the budget (the budget over the streams holding
+// entries): it is passed over, so a worker flooding the index with events
+// evicts its own blocks, and the others keep theirs.
+//
 // # Metrics
 //
 // All under warmpath_kvindex_: events_total{type}, skipped_total{reason}

@@ -28,8 +28,10 @@ const (
 type Config struct {
 	// EntryBudget bounds the (block, worker) entries the index holds,
 	// speculative entries included. Past it, the least recently touched
-	// blocks are dropped, chain tails before their roots. Default 4194304
-	// (about 0.25 GiB at most); 0 selects it.
+	// blocks are dropped, chain tails before their roots, passing over the
+	// blocks of streams within their fair share (the budget over the
+	// streams holding entries), so one worker's flood cannot evict the
+	// others. Default 4194304 (about 0.25 GiB at most); 0 selects it.
 	EntryBudget int `yaml:"entry_budget"`
 	// StaleAfter is how long a worker may publish nothing before
 	// [Index.Stale] reports it; 0 disables staleness. An idle vLLM engine
@@ -522,11 +524,33 @@ func (ix *Index) drainTouchesLocked() {
 }
 
 // evictLocked drops least recently touched nodes until the entry budget
-// holds.
+// holds. The budget is shared fairly between streams: while the index is
+// over it, a block held by one stream alone that holds no more than its fair
+// share (the budget over the streams holding entries) is passed over, moved
+// to the front instead, so that a stream flooding the index evicts its own
+// blocks rather than every other stream's. Some stream is always over its
+// share when the index is over budget, so passing over ends.
 func (ix *Index) evictLocked() {
-	for ix.entries > ix.budget && ix.tail != 0 {
+	if ix.entries <= ix.budget {
+		return
+	}
+	streams := 0
+	for _, s := range ix.slots {
+		if s != nil && s.entries() > 0 {
+			streams++
+		}
+	}
+	share := ix.budget / max(streams, 1)
+	for passes := ix.entries; ix.entries > ix.budget && ix.tail != 0; {
 		ni := ix.tail
 		n := ix.node(ni)
+		if passes > 0 && n.b&modeInline != 0 {
+			if s := ix.slots[uint16(n.b)]; s != nil && s.entries() <= share {
+				passes--
+				ix.toFront(ni)
+				continue
+			}
+		}
 		ix.m.evictions.Inc()
 		for {
 			e, ok := ix.anyEntry(n)
@@ -552,6 +576,9 @@ func (ix *Index) evictLocked() {
 		}
 	}
 }
+
+// entries counts the slot's entries, real and speculative.
+func (s *slot) entries() int { return s.status.Blocks + len(s.specAt) }
 
 // Speculate enters the full blocks of tokens under key on worker (rank 0)
 // for the speculative TTL, because the engine serves a request's in-flight

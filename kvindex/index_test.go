@@ -267,6 +267,50 @@ func TestEntryBudget(t *testing.T) {
 	}
 }
 
+// TestEntryBudgetFairShare floods the index from one worker after another
+// stored a modest cache: the flood evicts its own blocks, and the other
+// worker keeps what is within its fair share of the budget (half, with two
+// streams), its least recent blocks going first past that.
+func TestEntryBudgetFairShare(t *testing.T) {
+	t.Parallel()
+	const entryBudget = 1000
+	tests := []struct {
+		name   string
+		chains int // the modest worker's, of 10 blocks each
+		keep   int // blocks it must keep
+	}{
+		{name: "within its share", chains: 30, keep: 300},
+		{name: "over its share", chains: 70, keep: entryBudget / 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ix := newIndex(t, budget(entryBudget))
+			prompt := func(i int) []uint32 { return seqTokens(100000*(i+1), 10*testBlock+1) }
+			for i := range tc.chains {
+				apply(ix, "real", storeEv(prompt(i), 0, 10, uint64(1000*i), ""))
+			}
+			for i := range 2000 { // 20,000 blocks, twenty times the budget
+				apply(ix, "flood", storeEv(seqTokens(1<<28+100*i, 10*testBlock), 0, 10, uint64(1000*i), ""))
+			}
+			real, flood := statusOf(ix, Source{Worker: "real"}).Blocks, statusOf(ix, Source{Worker: "flood"}).Blocks
+			if real != tc.keep || real+flood > entryBudget || flood < entryBudget/2 {
+				t.Errorf("real keeps %d blocks, flood %d; want %d and the rest within %d", real, flood, tc.keep, entryBudget)
+			}
+			// The blocks it keeps are its most recent whole chains, found
+			// by a lookup.
+			var cached int
+			for i := range tc.chains {
+				g, _ := cachedOn(ix.Lookup(mkey, prompt(i), testBlock), "real")
+				cached += g
+			}
+			if cached != tc.keep*testBlock {
+				t.Errorf("lookups find %d tokens of real's, want %d", cached, tc.keep*testBlock)
+			}
+		})
+	}
+}
+
 func TestStale(t *testing.T) {
 	t.Parallel()
 	clock := clocktest.New(time.Unix(1000, 0))
