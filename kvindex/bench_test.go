@@ -267,3 +267,27 @@ func BenchmarkIndexMemory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkApplyOverBudget applies one 16-block chain per operation from a
+// worker flooding an index at its entry budget, beside 15 workers within
+// their fair share: each store evicts as many blocks, and the budget's
+// fairness passes over the other workers' blocks at the LRU tail.
+func BenchmarkApplyOverBudget(b *testing.B) {
+	const entryBudget = 1 << 16
+	ix := newIndex(b, budget(entryBudget))
+	rng := rand.New(rand.NewPCG(9, 10))
+	for w := range 15 {
+		for c := range entryBudget / 32 / 16 { // half their share each
+			ix.Apply(Source{Worker: fmt.Sprintf("worker-%02d", w), Model: "m"},
+				[]Event{storeEv(randTokens(rng, 16*testBlock), 0, 16, uint64(w)<<40|uint64(c)<<20, "")})
+		}
+	}
+	chain := make([]uint32, 16*testBlock)
+	src := Source{Worker: "flood", Model: "m"}
+	for i := 0; b.Loop(); i++ {
+		for k := range chain {
+			chain[k] = uint32(i*len(chain) + k) // every chain new
+		}
+		ix.Apply(src, []Event{storeEv(chain, 0, 16, uint64(i)<<20, "")})
+	}
+}
