@@ -99,7 +99,7 @@ func BenchmarkIngest(b *testing.B) {
 	var d Decoder
 	var bt Batch
 	var c converter
-	m, err := newMetrics(component.Options{})
+	m, err := newMetrics(component.Options{}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

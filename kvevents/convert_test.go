@@ -63,7 +63,7 @@ func TestConvert(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ix := newIndex(t, nil)
-			m, err := newMetrics(component.Options{})
+			m, err := newMetrics(component.Options{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,7 +89,7 @@ func TestConvertExtra(t *testing.T) {
 	item := func(id string) []byte { return (&enc{}).arr(1).arr(2).str(id).uint(4).b }
 	extra := func(parent bool, keys ...[]byte) []uint64 {
 		t.Helper()
-		m, err := newMetrics(component.Options{})
+		m, err := newMetrics(component.Options{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -48,8 +48,10 @@
 // bring new batches; a round whose data stopped without an end marker ends
 // after a short quiet. A replay is complete when a round ends with the
 // marker, nothing is held, and the live messages follow on. The stream is
-// caught up only after a complete initial replay, retried from scratch a
-// few times with a backoff before it goes on from live messages alone. A
+// caught up only after a complete replay from the start: an initial one
+// that stays incomplete is retried from scratch a few times with a
+// backoff, then the stream goes on from live messages, not caught up, and
+// replays the whole buffer again every 30 seconds until one completes. A
 // sequence that goes backwards (engine restart), a replay that no longer
 // starts at the requested seq, an incomplete or failed replay, or a gap
 // without a replay endpoint clears that stream's entries through
@@ -78,6 +80,7 @@
 // # Metrics
 //
 // All under warmpath_kvevents_: decode_errors_total, gaps_total,
-// replays_total{result}, replay_rounds_total and skipped_total{reason} (unknown_event,
+// replays_total{result}, replay_rounds_total, streams_not_caught_up and
+// skipped_total{reason} (unknown_event,
 // unknown_field, other_group); registered only with [WithRegisterer].
 package kvevents

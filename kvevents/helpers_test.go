@@ -48,7 +48,7 @@ func newSubscribers(tb testing.TB, ix *kvindex.Index, cfg Config, o component.Op
 // feed converts wire events as a stream does and applies them to ix.
 func feed(tb testing.TB, ix *kvindex.Index, src kvindex.Source, evs ...Event) {
 	tb.Helper()
-	m, err := newMetrics(component.Options{})
+	m, err := newMetrics(component.Options{}, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

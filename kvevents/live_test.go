@@ -32,6 +32,8 @@ type fakeEngine struct {
 	mu      sync.Mutex
 	ring    []Message
 	ringCap int
+	// mute makes the replay endpoint read requests and answer none.
+	mute bool
 	// pipe, when positive, is how many messages of one replay fit the
 	// pipe to the client: the rest, and the end marker, are dropped, as
 	// a ROUTER drops what meets its high-water mark.
@@ -108,8 +110,11 @@ func (e *fakeEngine) serveReplays(router *goczmq.Sock) {
 		}
 		start := binary.BigEndian.Uint64(req[2])
 		e.mu.Lock()
-		ring, pipe := append([]Message(nil), e.ring...), e.pipe
+		ring, pipe, mute := append([]Message(nil), e.ring...), e.pipe, e.mute
 		e.mu.Unlock()
+		if mute {
+			continue
+		}
 		sent, broken := 0, false
 		send := func(frames ...[]byte) {
 			if sent++; broken || (pipe > 0 && sent > pipe) {
@@ -216,6 +221,9 @@ func (e *fakeEngine) step(prompt []uint32, evict int, drop bool) {
 		}
 	}
 }
+
+// lastSeq is the seq of the last batch published.
+func (e *fakeEngine) lastSeq() uint64 { return e.seq - 1 }
 
 // restart models a new engine process: empty cache, seq from 0, empty ring.
 func (e *fakeEngine) restart() {
@@ -411,35 +419,62 @@ func TestLiveReplayLargerThanThePipe(t *testing.T) {
 	}
 }
 
-// TestLiveInitialReplayUnanswered points a stream at a replay endpoint that
-// never answers: the stream is not caught up while its initial replay is
-// retried, and after the last attempt goes on from live messages, caught up
-// with its last replay failed.
-func TestLiveInitialReplayUnanswered(t *testing.T) {
+// TestLiveReplayUnansweredThenAnswered points a stream at an engine whose
+// replay endpoint does not answer: the stream is never caught up while its
+// initial replay is retried and after, while it learns from live messages;
+// once the endpoint answers, the next resync completes and it is.
+func TestLiveReplayUnansweredThenAnswered(t *testing.T) {
 	t.Parallel()
-	eng := newFakeEngine(t, "", false, false, 0)
-	mute := goczmq.NewSock(goczmq.Router)
-	port, err := mute.Bind("tcp://127.0.0.1:*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(mute.Destroy)
-	subs := newSubscribers(t, newIndex(t, nil), Config{ReplayTimeout: 50 * time.Millisecond}, component.Options{})
+	eng := newFakeEngine(t, "", true, true, 1000)
+	eng.mu.Lock()
+	eng.mute = true
+	eng.mu.Unlock()
+	reg := prometheus.NewPedanticRegistry()
+	subs := newSubscribers(t, newIndex(t, reg), Config{ReplayTimeout: 50 * time.Millisecond}, component.Options{Registerer: reg})
+	subs.resyncEvery = 200 * time.Millisecond
 	go func() { _ = subs.Run(t.Context()) }()
-	subs.Update([]discovery.Worker{{Name: "w0", Models: []string{"qwen3"}, KVEvents: eng.pubEP, KVReplay: fmt.Sprintf("tcp://127.0.0.1:%d", port)}})
+	subs.Update([]discovery.Worker{{Name: "w0", Models: []string{"qwen3"}, KVEvents: eng.pubEP, KVReplay: eng.routerEP}})
 	src := kvindex.Source{Worker: "w0", Model: "qwen3"}
-	waitFor(t, "a first replay", func() bool { return statusOf(subs, src).Replays > 0 })
-	if subs.CaughtUp("w0") {
-		t.Fatal("caught up after a failed initial replay with attempts left")
+	waitFor(t, "every initial attempt and a resync", func() bool { return statusOf(subs, src).Replays > initialAttempts })
+	if st := statusOf(subs, src); st.CaughtUp || st.LastReplay != "failed" {
+		t.Fatalf("caught up %v, last replay %q; want not caught up after failed replays", st.CaughtUp, st.LastReplay)
 	}
-	waitFor(t, "caught up", func() bool { return subs.CaughtUp("w0") })
-	if st := statusOf(subs, src); st.Replays != initialAttempts || st.LastReplay != "failed" {
-		t.Errorf("%d replays, last %q; want %d, failed", st.Replays, st.LastReplay, initialAttempts)
+	if n := gaugeValue(t, reg, "warmpath_kvevents_streams_not_caught_up"); n != 1 {
+		t.Errorf("%v streams not caught up, want 1", n)
 	}
 	for i := 0; statusOf(subs, src).LastSeq == nil; i++ {
 		eng.step(seqTokens(50000+i*testBlock, testBlock+1), 0, false)
 		time.Sleep(10 * time.Millisecond) // pacing the probe, not an assertion
 	}
+	if subs.CaughtUp("w0") {
+		t.Fatal("caught up from live messages alone")
+	}
+	eng.mu.Lock()
+	eng.mute = false
+	eng.mu.Unlock()
+	waitFor(t, "caught up", func() bool { return subs.CaughtUp("w0") })
+	if st := statusOf(subs, src); st.LastReplay != "ok" || !st.at(eng.lastSeq()) {
+		t.Errorf("last replay %q at seq %d; want ok at %d", st.LastReplay, lastOf(st), eng.lastSeq())
+	}
+	if n := gaugeValue(t, reg, "warmpath_kvevents_streams_not_caught_up"); n != 0 {
+		t.Errorf("%v streams not caught up, want 0", n)
+	}
+}
+
+// gaugeValue returns the value of the unlabelled gauge name in reg.
+func gaugeValue(t *testing.T, reg prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
 }
 
 func never(int) bool { return false }

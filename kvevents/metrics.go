@@ -18,8 +18,9 @@ type metrics struct {
 	skipOtherGroup   prometheus.Counter
 }
 
-// newMetrics builds the subscribers' collectors and registers them.
-func newMetrics(o component.Options) (*metrics, error) {
+// newMetrics builds the subscribers' collectors and registers them;
+// notCaughtUp counts the streams not caught up when scraped (nil: none).
+func newMetrics(o component.Options, notCaughtUp func() float64) (*metrics, error) {
 	skipped := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "warmpath", Subsystem: "kvevents", Name: "skipped_total",
 		Help: "Decoded events or fields not handed to the index, by reason (unknown_event, unknown_field, other_group).",
@@ -46,7 +47,14 @@ func newMetrics(o component.Options) (*metrics, error) {
 		skipUnknownField: skipped.WithLabelValues("unknown_field"),
 		skipOtherGroup:   skipped.WithLabelValues("other_group"),
 	}
-	if err := o.Register("kvevents", m.decodeErrors, m.gaps, m.replays, m.replayRounds, skipped); err != nil {
+	if notCaughtUp == nil {
+		notCaughtUp = func() float64 { return 0 }
+	}
+	behind := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "warmpath", Subsystem: "kvevents", Name: "streams_not_caught_up",
+		Help: "Worker streams whose replay from the start has not completed: warmpath does not know all of their cached blocks, and their workers do not count for readiness.",
+	}, notCaughtUp)
+	if err := o.Register("kvevents", m.decodeErrors, m.gaps, m.replays, m.replayRounds, behind, skipped); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -24,8 +24,10 @@ type StreamStatus struct {
 	// engine no longer held the first missing batch), incomplete (holes
 	// remained after every round) or failed; "" before any.
 	LastReplay string `json:"last_replay,omitempty"`
-	// CaughtUp is true once the initial replay is complete (or, without a
-	// replay endpoint, the subscription is made), or its attempts are spent.
+	// CaughtUp is true once a replay from the start was complete (or,
+	// without a replay endpoint, once the subscription is made). A stream
+	// whose replays stay incomplete is not caught up: it goes on from live
+	// messages and replays again every 30 seconds.
 	CaughtUp bool `json:"caught_up"`
 }
 
@@ -60,6 +62,19 @@ func (s *Subscribers) CaughtUp(worker string) bool {
 		}
 	}
 	return found
+}
+
+// notCaughtUp counts the streams not caught up.
+func (s *Subscribers) notCaughtUp() float64 {
+	s.statusMu.Lock()
+	defer s.statusMu.Unlock()
+	n := 0
+	for _, st := range s.status {
+		if !st.CaughtUp {
+			n++
+		}
+	}
+	return float64(n)
 }
 
 // update runs fn on the status of src's stream, creating it.

@@ -70,6 +70,7 @@ type Subscribers struct {
 	ix            *kvindex.Index
 	topic         string
 	replayTimeout time.Duration
+	resyncEvery   time.Duration
 	modelOf       func(discovery.Worker) string
 	log           *slog.Logger
 	m             *metrics
@@ -100,6 +101,7 @@ func NewSubscribers(ix *kvindex.Index, cfg Config, o component.Options, opts ...
 		ix:            ix,
 		topic:         cfg.Topic,
 		replayTimeout: cmp.Or(cfg.ReplayTimeout, DefaultReplayTimeout),
+		resyncEvery:   DefaultResyncEvery,
 		log:           o.Log(),
 		status:        make(map[streamName]*StreamStatus),
 		modelOf: func(w discovery.Worker) string {
@@ -113,7 +115,7 @@ func NewSubscribers(ix *kvindex.Index, cfg Config, o component.Options, opts ...
 	for _, opt := range opts {
 		opt(s)
 	}
-	m, err := newMetrics(o)
+	m, err := newMetrics(o, s.notCaughtUp)
 	if err != nil {
 		return nil, err
 	}
@@ -245,6 +247,9 @@ const (
 	maxRounds       = 1000
 	initialAttempts = 4
 	initialBackoff  = time.Second
+	// DefaultResyncEvery is how often a stream whose replays stayed
+	// incomplete replays the engine's whole buffer again.
+	DefaultResyncEvery = 30 * time.Second
 )
 
 // runStream subscribes one (worker, rank) until ctx ends, redialling after
@@ -296,11 +301,17 @@ func (st *stream) run(ctx context.Context) error {
 	defer c.close()
 	st.c = c
 	st.dups = false
-	if st.spec.replay != "" {
-		st.initialReplay(ctx)
-	}
-	st.s.update(st.spec.src, func(ss *StreamStatus) { ss.CaughtUp = true })
+	caughtUp := st.spec.replay == "" || st.initialReplay(ctx)
+	st.s.update(st.spec.src, func(ss *StreamStatus) { ss.CaughtUp = caughtUp })
+	resyncAt := time.Now().Add(st.s.resyncEvery)
 	for ctx.Err() == nil {
+		if !caughtUp && time.Now().After(resyncAt) {
+			if caughtUp = st.resync(ctx); caughtUp {
+				st.s.log.Info("kv events replay complete: caught up", "worker", st.spec.src.Worker, "rank", st.spec.src.Rank)
+				st.s.update(st.spec.src, func(ss *StreamStatus) { ss.CaughtUp = true })
+			}
+			resyncAt = time.Now().Add(st.s.resyncEvery)
+		}
 		m, ok, err := c.next()
 		if errors.Is(err, ErrFrame) {
 			st.s.m.decodeErrors.Inc()
@@ -316,35 +327,46 @@ func (st *stream) run(ctx context.Context) error {
 	return nil
 }
 
-// initialReplay learns what the engine's buffer still holds. A replay that
-// stays incomplete leaves the stream reset; it is tried again from scratch
-// after a backoff, up to initialAttempts times, before the stream goes on
-// with live messages only, so that an engine whose replay endpoint is
-// broken does not keep warmpath unready for good.
-func (st *stream) initialReplay(ctx context.Context) {
+// initialReplay learns what the engine's buffer still holds and reports
+// whether it learnt all of it. A replay that stays incomplete leaves the
+// stream reset; it is tried again from scratch after a backoff, up to
+// initialAttempts times. After that the stream goes on with live messages,
+// not caught up, and run tries again every resyncEvery.
+func (st *stream) initialReplay(ctx context.Context) bool {
 	if st.anchored {
 		// A redial of a stream that was anchored: catch up what it missed.
-		st.replayFrom(ctx, st.next)
-		return
+		return st.replayFrom(ctx, st.next)
 	}
 	backoff := initialBackoff
 	for attempt := 1; ; attempt++ {
-		if st.replayFrom(ctx, st.next) || ctx.Err() != nil {
-			return
+		if st.replayFrom(ctx, st.next) {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
 		}
 		if attempt == initialAttempts {
-			st.s.log.Warn("kv events: serving without this engine's replay; its cached blocks are learnt from live events only",
-				"worker", st.spec.src.Worker, "rank", st.spec.src.Rank, "attempts", attempt)
-			return
+			st.s.log.Warn("kv events: the engine's replay stays incomplete; this worker is not caught up "+
+				"and its cached blocks are learnt from live events until a replay completes",
+				"worker", st.spec.src.Worker, "rank", st.spec.src.Rank, "attempts", attempt, "retry_every", st.s.resyncEvery)
+			return false
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-time.After(backoff):
 		}
 		backoff *= 2
 		st.next, st.applied, st.anchored = 0, false, false
 	}
+}
+
+// resync clears the stream and replays the engine's whole buffer again,
+// for a stream whose replays were incomplete.
+func (st *stream) resync(ctx context.Context) bool {
+	st.reset("replay_retry")
+	st.next, st.applied, st.anchored, st.dups = 0, false, false, false
+	return st.replayFrom(ctx, 0)
 }
 
 // live handles one live message in sequence order.

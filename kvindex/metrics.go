@@ -38,7 +38,7 @@ func newMetrics(o component.Options) (*metrics, error) {
 		skipUnknownHash: skipped.WithLabelValues("unknown_hash"),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "warmpath", Subsystem: "kvindex", Name: "resets_total",
-			Help: "Times a worker stream's entries were cleared, by reason (seq_backwards, gap_no_replay, gap_after_replay, replay_truncated, replay_incomplete, replay_failed).",
+			Help: "Times a worker stream's entries were cleared, by reason (seq_backwards, gap_no_replay, gap_after_replay, replay_truncated, replay_incomplete, replay_failed, replay_retry).",
 		}, []string{"reason"}),
 		entries: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "warmpath", Subsystem: "kvindex", Name: "entries",
