@@ -42,6 +42,13 @@ func TestRealEnvoyReplicaKilledMidRun(t *testing.T) {
 	for _, r := range []*warmpathProc{a, b} {
 		waitFor(t, "replica ready", func() bool { return r.readyz(t) == 200 })
 	}
+	// Both replicas in rotation before the streams open: Envoy's health
+	// check passing a replica is not yet routing to it (all six streams
+	// once landed on one).
+	waitFor(t, "both replicas route", func() bool {
+		send(t, url, 2)
+		return a.metric(t, "warmpath_decisions_total") > 0 && b.metric(t, "warmpath_decisions_total") > 0
+	})
 	waitFor(t, "each replica follows the other", func() bool {
 		return a.metric(t, "warmpath_peers", `state="connected"`) == 1 && b.metric(t, "warmpath_peers", `state="connected"`) == 1
 	})
