@@ -6,11 +6,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/warmpath/warmpath/discovery"
 	"github.com/warmpath/warmpath/internal/component"
@@ -35,7 +38,7 @@ func TestDebugLookup(t *testing.T) {
 	pool.Apply([]discovery.Worker{{Name: "w0", Address: "127.0.0.1:1", Models: []string{"qwen3"}}})
 	reg := prometheus.NewRegistry()
 	pred := &recordingPredictor{}
-	srv := httptest.NewServer(newAdminHandler(reg, func() bool { return true }, pool, pred, func() any { return map[string]int{"workers": 1} }, false))
+	srv := httptest.NewServer(newAdminHandler(reg, func() bool { return true }, pool, pred, func() any { return map[string]int{"workers": 1} }, adminOptions{Debug: true}))
 	defer srv.Close()
 	tests := []struct {
 		name, body string
@@ -60,6 +63,7 @@ func TestDebugLookup(t *testing.T) {
 		{"bad request body", `{"model":"qwen3","request":{"messages":"x"}}`, 400, nil},
 		{"unknown field", `{"modle":"qwen3"}`, 400, nil},
 		{"neither", `{"model":"qwen3"}`, 400, nil},
+		{"body over the limit", `{"model":"qwen3","tokens":[` + strings.Repeat("1,", maxLookupBody/2) + `1]}`, 413, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,24 +83,85 @@ func TestDebugLookup(t *testing.T) {
 	}
 }
 
-func TestPProfOnlyWhenEnabled(t *testing.T) {
+// TestDebugEndpointsGuarded checks which admin endpoints answer with the
+// debug endpoints and pprof off or on, with and without a bearer token:
+// /metrics, /healthz and /readyz always; /debug/* only when switched on,
+// and then only with the token when one is set.
+func TestDebugEndpointsGuarded(t *testing.T) {
 	t.Parallel()
 	pool, err := discovery.NewPool(nil, discovery.HealthConfig{ActiveInterval: -1}, component.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, on := range []bool{false, true} {
-		srv := httptest.NewServer(newAdminHandler(prometheus.NewRegistry(), func() bool { return true }, pool, &recordingPredictor{}, func() any { return nil }, on))
-		for _, path := range []string{"/debug/pprof/", "/debug/pprof/mutex?debug=1", "/debug/pprof/block?debug=1", "/debug/pprof/goroutine?debug=1"} {
-			resp, err := http.Get(srv.URL + path)
-			if err != nil {
-				t.Fatal(err)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	open := []string{"/metrics", "/healthz", "/readyz"}
+	debug := []string{"/debug/workers"}
+	pprof := []string{"/debug/pprof/", "/debug/pprof/mutex?debug=1", "/debug/pprof/block?debug=1", "/debug/pprof/goroutine?debug=1"}
+	tests := []struct {
+		name   string
+		o      adminOptions
+		header string
+		want   map[int][]string // status → paths
+	}{
+		{name: "off", want: map[int][]string{200: open, 404: append(debug, pprof...)}},
+		{name: "debug on", o: adminOptions{Debug: true}, want: map[int][]string{200: append(open, debug...), 404: pprof}},
+		{name: "pprof on", o: adminOptions{PProf: true}, want: map[int][]string{200: append(open, pprof...), 404: debug}},
+		{name: "token, none sent", o: adminOptions{Debug: true, PProf: true, Token: readToken(tokenFile)},
+			want: map[int][]string{200: open, 401: append(debug, pprof...)}},
+		{name: "token, a wrong one sent", o: adminOptions{Debug: true, PProf: true, Token: readToken(tokenFile)}, header: "Bearer guess",
+			want: map[int][]string{200: open, 401: append(debug, pprof...)}},
+		{name: "token sent", o: adminOptions{Debug: true, PProf: true, Token: readToken(tokenFile)}, header: "Bearer s3cret",
+			want: map[int][]string{200: append(append(open, debug...), pprof...)}},
+		{name: "token file unreadable", o: adminOptions{Debug: true, Token: readToken(tokenFile + ".gone")}, header: "Bearer s3cret",
+			want: map[int][]string{200: open, 503: debug}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			unauthorized := prometheus.NewCounter(prometheus.CounterOpts{Name: "unauthorized_total"})
+			tc.o.Unauthorized = unauthorized
+			srv := httptest.NewServer(newAdminHandler(prometheus.NewRegistry(), func() bool { return true }, pool, &recordingPredictor{}, func() any { return nil }, tc.o))
+			defer srv.Close()
+			var refused float64
+			for status, paths := range tc.want {
+				for _, path := range paths {
+					req, _ := http.NewRequest("GET", srv.URL+path, nil)
+					if tc.header != "" {
+						req.Header.Set("Authorization", tc.header)
+					}
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					resp.Body.Close()
+					if resp.StatusCode != status {
+						t.Errorf("GET %s = %d, want %d", path, resp.StatusCode, status)
+					}
+					if status == 401 {
+						refused++
+						if resp.Header.Get("WWW-Authenticate") == "" {
+							t.Errorf("GET %s: 401 without WWW-Authenticate", path)
+						}
+					}
+				}
 			}
-			resp.Body.Close()
-			if want := map[bool]int{false: 404, true: 200}[on]; resp.StatusCode != want {
-				t.Errorf("pprof %v: GET %s = %d, want %d", on, path, resp.StatusCode, want)
+			if n := testutil.ToFloat64(unauthorized); n != refused {
+				t.Errorf("%v refusals counted, want %v", n, refused)
 			}
+		})
+	}
+}
+
+// TestDebugEndpointsDefault checks the default: /debug/* on a loopback
+// admin address only.
+func TestDebugEndpointsDefault(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]bool{"127.0.0.1:9090": true, "localhost:0": true, "[::1]:9090": true, ":9090": false, "0.0.0.0:9090": false, "10.0.0.7:9090": false} {
+		if got := DefaultConfig().Debug.debugEndpoints(addr); got != want {
+			t.Errorf("admin %s: debug endpoints %v, want %v", addr, got, want)
 		}
-		srv.Close()
 	}
 }

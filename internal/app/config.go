@@ -82,6 +82,18 @@ type ListenConfig struct {
 // the code paths of every tenant's requests (never their contents), so they
 // are off by default.
 type DebugConfig struct {
+	// Endpoints serves /debug/workers and POST /debug/lookup on the admin
+	// port: "auto" (default) only when listen.admin is a loopback address,
+	// "on", or "off". /debug/lookup tells how much of any prompt is cached,
+	// an oracle on other tenants' prompts: on a reachable address, guard it
+	// with TokenFile.
+	Endpoints string `yaml:"endpoints"`
+	// TokenFile names a file holding the bearer token every /debug/
+	// request must carry (Authorization: Bearer TOKEN), read per request so
+	// that a rotated Secret applies at once; relative to the config file's
+	// directory. Required when Endpoints is "on" or PProf is set and
+	// listen.admin is not a loopback address. Default "": no token.
+	TokenFile string `yaml:"token_file"`
 	// PProf serves net/http/pprof under /debug/pprof/ on the admin port.
 	// Default false.
 	PProf bool `yaml:"pprof"`
@@ -176,6 +188,7 @@ func DefaultConfig() Config {
 		Log:       LogConfig{Level: "info", Format: "text"},
 		Tenant:    extproc.DefaultTenantConfig(),
 		Peers:     peers.DefaultConfig(),
+		Debug:     DebugConfig{Endpoints: "auto"},
 	}
 }
 
@@ -226,6 +239,9 @@ func parseConfig(b []byte, dir string) (Config, error) {
 			cfg.Models[i].Tokenizer = filepath.Join(dir, t)
 		}
 	}
+	if t := cfg.Debug.TokenFile; t != "" && dir != "" && !filepath.IsAbs(t) {
+		cfg.Debug.TokenFile = filepath.Join(dir, t)
+	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}
@@ -243,6 +259,11 @@ func (c *Config) Validate() error {
 		bad("listen.admin: %w", err)
 	}
 	switch d := c.Debug; {
+	case !slices.Contains([]string{"auto", "on", "off"}, d.Endpoints):
+		bad("debug.endpoints: %q is not one of auto, on, off", d.Endpoints)
+	case (d.Endpoints == "on" || d.PProf) && d.TokenFile == "" && !loopback(c.Listen.Admin):
+		bad("debug: endpoints: on and pprof on an admin address that is not loopback (%q) need token_file: "+
+			"they show every tenant's cache state to whoever reaches the port", c.Listen.Admin)
 	case d.MutexProfileFraction < 0 || d.BlockProfileRate < 0:
 		bad("debug: mutex_profile_fraction and block_profile_rate must not be negative")
 	case !d.PProf && (d.MutexProfileFraction > 0 || d.BlockProfileRate > 0):
@@ -369,6 +390,24 @@ func (c *Config) scoringConfig() scoring.Config {
 		sc.BlockSizes[m.Name] = m.BlockSize
 	}
 	return sc
+}
+
+// loopback reports whether addr (host:port) listens on loopback only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// debugEndpoints reports whether /debug/workers and /debug/lookup are served.
+func (d DebugConfig) debugEndpoints(admin string) bool {
+	return d.Endpoints == "on" || (d.Endpoints == "auto" && loopback(admin))
 }
 
 func checkListen(addr string) error {

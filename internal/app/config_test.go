@@ -70,6 +70,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad log level", "log: {level: loud}\n", "log.level"},
 		{"not yaml", "workers: [\n", "decode"},
 		{"several problems joined", "policy: x\nlog: {format: xml}\n", "log.format"},
+		{"bad debug endpoints", "debug: {endpoints: yes}\n", `debug.endpoints: "yes" is not one of`},
+		{"debug endpoints on a reachable port without a token", "listen: {admin: ':9090'}\ndebug: {endpoints: 'on'}\n", "need token_file"},
+		{"pprof on a reachable port without a token", "listen: {admin: '0.0.0.0:9090'}\ndebug: {pprof: true}\n", "need token_file"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

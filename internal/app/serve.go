@@ -54,6 +54,7 @@ type parts struct {
 	router  *scoring.Router
 	tp      *telemetry.Provider
 	proc    *extproc.Server
+	admin   adminOptions
 }
 
 // assemble builds every component from cfg and wires them to each other,
@@ -62,6 +63,10 @@ func assemble(ctx context.Context, cfg Config, eo embedOptions, reg prometheus.R
 	log := newLogger(cfg.Log, stderr)
 	if err := (component.Options{Registerer: reg}).Register("runtime",
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, err
+	}
+	admin, err := adminOptionsOf(cfg, reg)
+	if err != nil {
 		return nil, err
 	}
 
@@ -124,7 +129,27 @@ func assemble(ctx context.Context, cfg Config, eo embedOptions, reg prometheus.R
 	}
 
 	return &parts{log: log, pool: pool, scraper: scraper, guard: guard, index: index, subs: subs,
-		mesh: mesh, router: router, tp: tp, proc: proc}, nil
+		mesh: mesh, router: router, tp: tp, proc: proc, admin: admin}, nil
+}
+
+// adminOptionsOf reads the debug endpoints' settings from cfg, checking
+// that a token file is readable now rather than at the first request.
+func adminOptionsOf(cfg Config, reg prometheus.Registerer) (adminOptions, error) {
+	o := adminOptions{Debug: cfg.Debug.debugEndpoints(cfg.Listen.Admin), PProf: cfg.Debug.PProf,
+		Unauthorized: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "warmpath", Subsystem: "admin", Name: "unauthorized_total",
+			Help: "Requests to the admin port's /debug/ endpoints refused for a missing or wrong bearer token (debug.token_file).",
+		})}
+	if err := (component.Options{Registerer: reg}).Register("admin", o.Unauthorized); err != nil {
+		return adminOptions{}, err
+	}
+	if cfg.Debug.TokenFile != "" {
+		o.Token = readToken(cfg.Debug.TokenFile)
+		if _, err := o.Token(); err != nil {
+			return adminOptions{}, fmt.Errorf("debug.token_file: %w", err)
+		}
+	}
+	return o, nil
 }
 
 // serve runs warmpath until ctx ends: the ext_proc gRPC server, the admin
@@ -181,7 +206,7 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		return st
 	}
 	admin := &http.Server{
-		Handler:           newAdminHandler(reg, ready, p.pool, p.router, status, cfg.Debug.PProf),
+		Handler:           newAdminHandler(reg, ready, p.pool, p.router, status, p.admin),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 
