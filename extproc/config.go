@@ -27,6 +27,18 @@ type Config struct {
 	// kept to read its usage; the body itself always passes through.
 	// Default 4 MiB.
 	MaxResponseBytes int `yaml:"max_response_bytes"`
+	// MaxBufferedBytes bounds the bytes all streams' buffers hold together:
+	// request bodies until the routing reply, non-streamed response bodies
+	// until their usage is read. A request whose body would pass it is
+	// answered 503 with Retry-After; a response body that would is passed
+	// through without its usage being read. The process's memory for them
+	// is a small multiple (gRPC's message buffers, parsing). Default 512 MiB.
+	MaxBufferedBytes int64 `yaml:"max_buffered_bytes"`
+	// BodyTimeout bounds the time from the request headers to the end of
+	// the request body; a request whose body is still arriving then is
+	// answered 408, so a client trickling its body cannot hold a stream
+	// and its buffer. Default 60s.
+	BodyTimeout time.Duration `yaml:"body_timeout"`
 	// BodyMode is assumed when Envoy sends no protocol_config (before
 	// 1.34): "full_duplex" (default; FULL_DUPLEX_STREAMED both ways) or
 	// "buffered" (BUFFERED request, STREAMED response).
@@ -92,6 +104,8 @@ func DefaultConfig() Config {
 		MetadataNamespace: "envoy.lb",
 		MaxBodyBytes:      16 << 20,
 		MaxResponseBytes:  4 << 20,
+		MaxBufferedBytes:  512 << 20,
+		BodyTimeout:       time.Minute,
 		BodyMode:          "full_duplex",
 		AssignmentTTL:     30 * time.Minute,
 		RetryAfter:        1,
@@ -112,6 +126,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxResponseBytes < 1 {
 		bad("max_response_bytes: must be positive")
+	}
+	if c.MaxBufferedBytes < int64(c.MaxBodyBytes) {
+		bad("max_buffered_bytes: must be at least max_body_bytes (%d), got %d", c.MaxBodyBytes, c.MaxBufferedBytes)
+	}
+	if c.BodyTimeout <= 0 {
+		bad("body_timeout: must be positive")
 	}
 	if c.BodyMode != "full_duplex" && c.BodyMode != "buffered" {
 		bad("body_mode: want full_duplex or buffered, got %q", c.BodyMode)

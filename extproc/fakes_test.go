@@ -121,6 +121,8 @@ func testConfig() Config {
 		MetadataNamespace: "envoy.lb",
 		MaxBodyBytes:      1 << 20,
 		MaxResponseBytes:  1 << 20,
+		MaxBufferedBytes:  64 << 20,
+		BodyTimeout:       time.Minute,
 		BodyMode:          "full_duplex",
 		RetryAfter:        2,
 		AssignmentTTL:     time.Hour,

@@ -31,7 +31,9 @@ type metrics struct {
 // latencyBuckets span 1 ms to ~82 s, for TTFT and request durations.
 var latencyBuckets = prometheus.ExponentialBuckets(0.001, 1.6, 25)
 
-func newMetrics(o component.Options) (*metrics, error) {
+// newMetrics builds the ext_proc layer's series; buffered reads the bytes
+// the streams' buffers hold when scraped.
+func newMetrics(o component.Options, buffered func() int64) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpath_requests_total",
@@ -101,7 +103,11 @@ func newMetrics(o component.Options) (*metrics, error) {
 			Help: "Requests carrying the conformance suite's test-epp-endpoint-selection header while the conformance test hooks are off; the header is ignored.",
 		}),
 	}
-	if err := o.Register("extproc", m.requests, m.rejections, m.streamErrors, m.decision, m.inFlight, m.ended, m.ttft,
+	bufferedBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "warmpath_buffered_bytes",
+		Help: "Bytes held by every stream's buffers (request bodies until routed, non-streamed response bodies until read), bounded by extproc.max_buffered_bytes.",
+	}, func() float64 { return float64(buffered()) })
+	if err := o.Register("extproc", bufferedBytes, m.requests, m.rejections, m.streamErrors, m.decision, m.inFlight, m.ended, m.ttft,
 		m.watchEvents, m.bodyHidden, m.sloHeaders, m.chunkBytes, m.responseChunks, m.chunkDuration, m.subsetHints, m.served, m.selectionIgnored); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -42,7 +44,13 @@ const (
 // request-scoped logger and the spans. The assignment's TTL timer is the
 // one other reader (see routing).
 type exchange struct {
-	stream extprocv3.ExternalProcessor_ProcessServer
+	// mu is held by the loop while it handles a message and by the body
+	// timer while it answers a body that is late; closed tells the timer
+	// that the stream has ended.
+	mu        sync.Mutex
+	closed    bool
+	bodyTimer *time.Timer
+	stream    extprocv3.ExternalProcessor_ProcessServer
 	// log carries the request id once the request headers are in.
 	log   *slog.Logger
 	proto protocol
@@ -63,7 +71,8 @@ type protocol struct {
 	gotRespHeaders bool
 	respEnded      bool
 	method, path   string
-	body           []byte // the request body held until the routing reply
+	body           []byte  // the request body held until the routing reply
+	held           holding // body's share of the buffer budget
 }
 
 func (ex *exchange) send(r *extprocv3.ProcessingResponse) error {
@@ -157,14 +166,19 @@ func (s *Server) requestHeaders(ctx context.Context, ex *exchange, h *extprocv3.
 	req.API = apiOf(p.method, p.path)
 	req.Path = p.path
 	ex.trace = s.tr.start(ctx, h.GetHeaders().GetHeaders(), req, p.method)
+	if !p.held.grow(&s.buffers, cap(p.body)) {
+		return s.overBudget(ex)
+	}
 	if h.GetEndOfStream() {
 		p.reqEnded = true
 		return s.routeReply(ctx, ex, false)
 	}
 	switch p.reqMode {
 	case modeFullDuplex:
+		s.armBodyTimer(ex)
 		return nil // the reply follows the whole body
 	case modeBuffered, modePartial:
+		s.armBodyTimer(ex)
 		return ex.send(requestHeadersReply(nil, nil))
 	default:
 		// STREAMED or NONE: Envoy wants the header reply before any body, so
@@ -173,6 +187,35 @@ func (s *Server) requestHeaders(ctx context.Context, ex *exchange, h *extprocv3.
 		ex.log.Warn("request body mode hides the body from routing; deciding on load alone", "mode", p.reqMode.String())
 		req.API = scoring.APIOther
 		return s.routeReply(ctx, ex, false)
+	}
+}
+
+// armBodyTimer answers 408 if the request body has not ended BodyTimeout
+// from now: a client trickling its body holds neither the stream nor its
+// buffer for longer.
+func (s *Server) armBodyTimer(ex *exchange) {
+	ex.bodyTimer = time.AfterFunc(s.cfg.BodyTimeout, func() {
+		ex.mu.Lock()
+		defer ex.mu.Unlock()
+		if p := &ex.proto; ex.closed || p.routed || p.rejected || p.reqEnded {
+			return
+		}
+		ex.proto.body = nil
+		ex.proto.held.drop(&s.buffers)
+		// The loop is in Recv, which may run beside a Send; every Send is
+		// made under mu.
+		if err := s.reject(ex, &rejection{"body_timeout", 408, fmt.Sprintf(
+			"request body not received within %v", s.cfg.BodyTimeout)}); err != nil {
+			ex.log.Debug("body timeout reply", "err", err)
+		}
+	})
+}
+
+// stopBodyTimer ends the wait for the body: it arrived, or the request was
+// answered.
+func (ex *exchange) stopBodyTimer() {
+	if ex.bodyTimer != nil {
+		ex.bodyTimer.Stop()
 	}
 }
 
@@ -200,6 +243,9 @@ func (s *Server) requestBody(ctx context.Context, ex *exchange, b *extprocv3.Htt
 		p.body = b.GetBody() // the message's own bytes: a body in one chunk is not copied
 	} else {
 		p.body = append(p.body, b.GetBody()...)
+	}
+	if !p.held.grow(&s.buffers, cap(p.body)) {
+		return s.overBudget(ex)
 	}
 	switch p.reqMode {
 	case modeBuffered:
@@ -238,6 +284,7 @@ func (s *Server) requestTrailers(ctx context.Context, ex *exchange) error {
 // routeReply decides and sends the routing reply when no body has to be
 // echoed: to the request headers, or (inBody) to a BUFFERED body message.
 func (s *Server) routeReply(ctx context.Context, ex *exchange, inBody bool) error {
+	ex.stopBodyTimer()
 	cr, md, rej := s.decide(ctx, ex)
 	if rej != nil {
 		return s.reject(ex, rej)
@@ -253,6 +300,7 @@ func (s *Server) routeReply(ctx context.Context, ex *exchange, inBody bool) erro
 // held body in chunks; eos marks the last chunk as the end of the request
 // (false when trailers follow).
 func (s *Server) routeReplyFullDuplex(ctx context.Context, ex *exchange, eos bool) error {
+	ex.stopBodyTimer()
 	cr, md, rej := s.decide(ctx, ex)
 	if rej != nil {
 		return s.reject(ex, rej)
@@ -274,7 +322,17 @@ func (s *Server) routeReplyFullDuplex(ctx context.Context, ex *exchange, eos boo
 		body = body[n:]
 	}
 	ex.proto.body = nil
+	ex.proto.held.drop(&s.buffers)
 	return nil
+}
+
+// overBudget drops the request's body and answers 503: the buffers of
+// every stream together hold MaxBufferedBytes.
+func (s *Server) overBudget(ex *exchange) error {
+	ex.proto.body = nil
+	ex.proto.held.drop(&s.buffers)
+	return s.reject(ex, &rejection{"buffer_budget", 503, fmt.Sprintf(
+		"warmpath holds its limit of %d bytes of request bodies in flight; retry", s.cfg.MaxBufferedBytes)})
 }
 
 // rejection is an answer warmpath gives instead of a worker.
@@ -285,6 +343,7 @@ type rejection struct {
 }
 
 func (s *Server) reject(ex *exchange, r *rejection) error {
+	ex.stopBodyTimer()
 	ex.proto.rejected = true
 	s.m.rejections.WithLabelValues(r.reason).Inc()
 	ex.trace.rejected(r)

@@ -41,8 +41,9 @@ type routing struct {
 	expiredDone chan struct{}
 	ended       atomic.Bool
 	watch       *watcher
-	status      int    // upstream response status, 0 before one
-	code        string // final status code for the requests metric
+	watchHeld   holding // the watcher's response body's share of the buffer budget
+	status      int     // upstream response status, 0 before one
+	code        string  // final status code for the requests metric
 	// toldFirst is set once the picker heard of the first token.
 	toldFirst bool
 
@@ -238,6 +239,14 @@ func (s *Server) servedBy(ex *exchange, addr string) {
 func (s *Server) watch(ex *exchange, chunk []byte) {
 	rt := &ex.route
 	rt.watch.write(chunk, s.now())
+	if w := rt.watch; w.jsonBody == nil {
+		rt.watchHeld.drop(&s.buffers)
+	} else if !rt.watchHeld.grow(&s.buffers, cap(w.jsonBody)) {
+		// Pass the body on without reading its usage.
+		w.truncated, w.jsonBody = true, nil
+		rt.watchHeld.drop(&s.buffers)
+		s.m.watchEvents.WithLabelValues("buffer_budget").Inc()
+	}
 	if !rt.toldFirst && rt.dec != nil && !rt.ended.Load() && !rt.watch.firstToken.IsZero() {
 		rt.toldFirst = true
 		if ft, ok := s.picker.(FirstTokenObserver); ok {
@@ -327,6 +336,12 @@ func (s *Server) ended(ex *exchange, o scoring.Outcome) {
 // cleanup runs when the stream ends, however it ends: an unfinished
 // assignment is aborted and the request is counted once.
 func (s *Server) cleanup(ex *exchange) {
+	ex.mu.Lock()
+	ex.closed = true // the body timer does nothing from now on
+	ex.stopBodyTimer()
+	ex.mu.Unlock()
+	ex.proto.held.drop(&s.buffers)
+	ex.route.watchHeld.drop(&s.buffers)
 	if !ex.proto.gotReqHeaders {
 		return
 	}

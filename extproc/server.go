@@ -86,6 +86,8 @@ type Server struct {
 
 	// inFlight counts assignments routed and not yet ended.
 	inFlight atomic.Int64
+	// buffers bounds the bytes all streams' buffers hold (budget.go).
+	buffers budget
 }
 
 // Option configures optional parts of a Server.
@@ -98,11 +100,12 @@ func WithHealth(h HealthReporter) Option { return func(s *Server) { s.health = h
 // fails when its metrics cannot be registered.
 func New(cfg Config, pool Pool, picker Picker, o component.Options, opts ...Option) (*Server, error) {
 	s := &Server{cfg: cfg, pool: pool, picker: picker, log: o.Log(), now: o.Now()}
+	s.buffers.limit = cfg.MaxBufferedBytes
 	for _, opt := range opts {
 		opt(s)
 	}
 	var err error
-	if s.m, err = newMetrics(o); err != nil {
+	if s.m, err = newMetrics(o, s.buffers.held.Load); err != nil {
 		return nil, err
 	}
 	if s.om, err = newObserveMetrics(o, s.semconv, s.tenant.Labels); err != nil {
@@ -117,9 +120,11 @@ func (s *Server) InFlight() int { return int(s.inFlight.Load()) }
 // Process handles one ext_proc stream, that is one HTTP request. Its loop
 // owns the exchange: Recv already returns as soon as the stream's context
 // ends (client gone, Envoy reset, server stop), so no second goroutine
-// stands between the stream and the loop. The one other party is the
+// stands between the stream and the loop. The other parties are the
 // assignment's TTL timer, which may end the assignment (and only that) on
-// its own goroutine; cleanup waits for it. The deferred cleanup ends an
+// its own goroutine, and cleanup waits for it; and the body timer, which
+// answers 408 to a body that is late, under the exchange's mutex, which
+// the loop holds while it handles a message. The deferred cleanup ends an
 // unfinished assignment as aborted.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	ctx := stream.Context()
@@ -134,7 +139,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			s.m.streamErrors.WithLabelValues("recv").Inc()
 			return err
 		}
-		if err := s.handle(ctx, ex, msg); err != nil {
+		ex.mu.Lock()
+		err = s.handle(ctx, ex, msg)
+		ex.mu.Unlock()
+		if err != nil {
 			var pe *protocolError
 			if errors.As(err, &pe) {
 				s.m.streamErrors.WithLabelValues("out_of_order").Inc()
