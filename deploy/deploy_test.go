@@ -15,6 +15,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,7 +26,7 @@ import (
 )
 
 // manifestFiles are the files kustomization.yaml applies, in its order.
-var manifestFiles = []string{"rbac.yaml", "configmap.yaml", "deployment.yaml", "service.yaml", "pdb.yaml"}
+var manifestFiles = []string{"rbac.yaml", "configmap.yaml", "deployment.yaml", "service.yaml", "pdb.yaml", "networkpolicy.yaml"}
 
 // peerSecret is the Secret holding the replicas' shared token; it is
 // created by hand, never committed (README.md, "Replicas").
@@ -39,6 +40,7 @@ type manifests struct {
 	dep  []*appsv1.Deployment
 	svc  []*corev1.Service
 	pdb  []*policyv1.PodDisruptionBudget
+	np   []*networkingv1.NetworkPolicy
 }
 
 func load(t *testing.T) manifests {
@@ -70,6 +72,8 @@ func load(t *testing.T) manifests {
 				m.svc = append(m.svc, o)
 			case *policyv1.PodDisruptionBudget:
 				m.pdb = append(m.pdb, o)
+			case *networkingv1.NetworkPolicy:
+				m.np = append(m.np, o)
 			default:
 				t.Fatalf("%s document %d: unexpected %T", f, i, obj)
 			}
@@ -78,7 +82,7 @@ func load(t *testing.T) manifests {
 			}
 		}
 	}
-	if len(m.sa) != 1 || len(m.role) != 1 || len(m.rb) != 1 || len(m.cm) != 1 || len(m.dep) != 1 || len(m.svc) != 1 || len(m.pdb) != 1 {
+	if len(m.sa) != 1 || len(m.role) != 1 || len(m.rb) != 1 || len(m.cm) != 1 || len(m.dep) != 1 || len(m.svc) != 1 || len(m.pdb) != 1 || len(m.np) != 1 {
 		t.Fatalf("want one of each kind, got %d SA, %d Role, %d RoleBinding, %d ConfigMap, %d Deployment, %d Service, %d PodDisruptionBudget",
 			len(m.sa), len(m.role), len(m.rb), len(m.cm), len(m.dep), len(m.svc), len(m.pdb))
 	}
@@ -124,9 +128,13 @@ func peerTokenPath(t *testing.T, pod corev1.PodTemplateSpec) string {
 // exampleConfig is the part of the ConfigMap's warmpath.yaml that the
 // other manifests must agree with.
 type exampleConfig struct {
-	Listen    map[string]string `json:"listen"`
-	Policy    string            `json:"policy"`
-	Models    []map[string]any  `json:"models"`
+	Listen struct {
+		ExtProc string            `json:"extproc"`
+		Admin   string            `json:"admin"`
+		TLS     map[string]string `json:"tls"`
+	} `json:"listen"`
+	Policy    string           `json:"policy"`
+	Models    []map[string]any `json:"models"`
 	Discovery struct {
 		Kubernetes struct {
 			Namespace     string         `json:"namespace"`
@@ -256,8 +264,57 @@ func TestManifestsAgree(t *testing.T) {
 		}
 	})
 
+	t.Run("mutual TLS from the Secret", func(t *testing.T) {
+		want := map[string]string{"cert_file": "tls.crt", "key_file": "tls.key", "client_ca_file": "ca.crt"}
+		for key, file := range want {
+			p := cfg.Listen.TLS[key]
+			var found bool
+			for _, v := range pod.Spec.Volumes {
+				if v.Secret == nil || v.Secret.SecretName != "warmpath-tls" {
+					continue
+				}
+				for _, vm := range pod.Spec.Containers[0].VolumeMounts {
+					if vm.Name == v.Name && vm.ReadOnly && vm.SubPath == "" && p == path.Join(vm.MountPath, file) {
+						found = true
+					}
+				}
+			}
+			if !found {
+				t.Errorf("listen.tls.%s %q is not key %s of Secret warmpath-tls mounted read-only", key, p, file)
+			}
+		}
+	})
+
+	t.Run("network policy", func(t *testing.T) {
+		np := m.np[0]
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil || !sel.Matches(labels.Set(pod.Labels)) {
+			t.Fatalf("the NetworkPolicy does not select warmpath's pods (%v)", err)
+		}
+		ports := map[string]bool{}
+		for _, p := range pod.Spec.Containers[0].Ports {
+			ports[p.Name] = true
+		}
+		seen := map[string]bool{}
+		for _, r := range np.Spec.Ingress {
+			for _, p := range r.Ports {
+				if p.Port == nil || !ports[p.Port.String()] {
+					t.Errorf("the NetworkPolicy admits port %v, not a named port of the container", p.Port)
+					continue
+				}
+				seen[p.Port.String()] = true
+			}
+			if len(r.From) == 0 {
+				t.Error("a NetworkPolicy rule admits every source")
+			}
+		}
+		if !seen["extproc"] || !seen["admin"] {
+			t.Errorf("the NetworkPolicy admits %v, want extproc and admin", seen)
+		}
+	})
+
 	t.Run("example config", func(t *testing.T) {
-		if cfg.Listen["extproc"] != ":9002" || cfg.Listen["admin"] != ":9090" || cfg.Policy == "" || len(cfg.Models) == 0 {
+		if cfg.Listen.ExtProc != ":9002" || cfg.Listen.Admin != ":9090" || cfg.Policy == "" || len(cfg.Models) == 0 {
 			t.Errorf("config misses the DESIGN §4 names: %+v", cfg)
 		}
 		k := cfg.Discovery.Kubernetes

@@ -2,11 +2,27 @@ package e2e
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/warmpath/warmpath/internal/mtls/mtlstest"
 )
 
 // TestRealEnvoyTricklingBodyGets408: a client that sends its headers and
@@ -56,6 +72,65 @@ func TestRealEnvoyTricklingBodyGets408(t *testing.T) {
 			_, _ = conn.Write([]byte(" ")) // the answer may have closed it
 		case <-t.Context().Done():
 			t.Fatal("no answer to a trickling body")
+		}
+	}
+}
+
+// TestRealEnvoyMutualTLSExtProc: warmpath's ext_proc port with mutual TLS
+// (listen.tls) behind a real Envoy holding a client certificate of the CA:
+// Envoy's health check and requests go through, while a client that
+// speaks plaintext, or TLS without a certificate of the CA, opens no
+// stream.
+func TestRealEnvoyMutualTLSExtProc(t *testing.T) {
+	t.Parallel()
+	ca, other := mtlstest.NewCA(t, "warmpath"), mtlstest.NewCA(t, "stranger")
+	serverCert, serverKey := ca.Issue(t, "warmpath")
+	envoyCert, envoyKey := ca.Issue(t, "envoy")
+	w := startSim(t, "w0", false)
+	cfg := strings.Replace(healthConfig("0s", "", w), "log:", fmt.Sprintf(
+		"listen: {tls: {cert_file: %q, key_file: %q, client_ca_file: %q}}\nlog:", serverCert, serverKey, ca.CertFile), 1)
+	wp := startWarmpath(t, cfg)
+	e := startEnvoyWith(t, "envoy/envoy.yaml", func(c *clusterv3.Cluster) {
+		tlsCtx, err := anypb.New(&tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
+			AlpnProtocols: []string{"h2"},
+			TlsCertificates: []*tlsv3.TlsCertificate{{
+				CertificateChain: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: envoyCert}},
+				PrivateKey:       &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: envoyKey}},
+			}},
+			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+				TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: ca.CertFile}},
+			}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.TransportSocket = &corev3.TransportSocket{Name: "envoy.transport_sockets.tls",
+			ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsCtx}}
+	}, wp.ExtProc)
+	url := "http://" + e.Listeners["llm_ingress"]
+	waitFor(t, "warmpath ready", func() bool { return wp.readyz(t) == 200 })
+	waitFor(t, "a request routed through mutual TLS", func() bool { return send(t, url, 2).worker == "w0" })
+
+	strangerCert, strangerKey := other.Issue(t, "stranger")
+	stranger, err := tls.LoadX509KeyPair(strangerCert, strangerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, creds := range map[string]credentials.TransportCredentials{
+		"plaintext":                 insecure.NewCredentials(),
+		"TLS without a certificate": credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}),
+		"another CA's certificate":  credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{stranger}}),
+	} {
+		conn, err := grpc.NewClient(wp.ExtProc, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		conn.Close()
+		if status.Code(err) != codes.Unavailable && status.Code(err) != codes.DeadlineExceeded {
+			t.Errorf("%s: health check answered %v; want no connection", name, err)
 		}
 	}
 }

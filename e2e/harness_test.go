@@ -169,6 +169,13 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 // extproc addresses (one per warmpath replica).
 func startEnvoy(t testing.TB, file string, extprocs ...string) *envoytest.Envoy {
 	t.Helper()
+	return startEnvoyWith(t, file, nil, extprocs...)
+}
+
+// startEnvoyWith is startEnvoy with the warmpath cluster changed by edit
+// (nil: unchanged) after its endpoints are set.
+func startEnvoyWith(t testing.TB, file string, edit func(*clusterv3.Cluster), extprocs ...string) *envoytest.Envoy {
+	t.Helper()
 	bs, err := envoy.LoadBootstrap(filepath.Join(envoytest.RepoRoot(t), file))
 	if err != nil {
 		t.Fatal(err)
@@ -180,6 +187,9 @@ func startEnvoy(t testing.TB, file string, extprocs ...string) *envoytest.Envoy 
 	for _, c := range bs.StaticResources.Clusters {
 		if c.Name == "warmpath" {
 			setEndpoints(c, extprocs...)
+			if edit != nil {
+				edit(c)
+			}
 		}
 	}
 	b, err := envoy.MarshalBootstrap(bs)

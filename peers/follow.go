@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -28,7 +27,7 @@ var errSelf = errors.New("peers: the address is this replica")
 
 // follow follows the peer at addr until ctx ends.
 func (m *Mesh) follow(ctx context.Context, addr string) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(m.dialCreds))
 	if err != nil {
 		m.log.Error("peer address", "address", addr, "err", err)
 		return

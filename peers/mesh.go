@@ -16,6 +16,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/scoring"
 )
@@ -72,6 +75,8 @@ type Mesh struct {
 	self    map[string]bool      // addresses that turned out to be this replica
 	remotes map[uint64]*remote   // by replica id
 	trigger chan struct{}        // one slot: membership changed
+
+	dialCreds credentials.TransportCredentials
 }
 
 // remote is what this replica knows of one peer.
@@ -85,9 +90,19 @@ type remote struct {
 	held bool
 }
 
+// Option configures an optional part of a Mesh.
+type Option func(*Mesh)
+
+// WithDialCredentials sets the transport credentials peers are dialled
+// with: TLS when the replicas' ext_proc port demands it. Default: none
+// (plaintext h2c).
+func WithDialCredentials(c credentials.TransportCredentials) Option {
+	return func(m *Mesh) { m.dialCreds = c }
+}
+
 // New returns a Mesh configured by cfg, which must be enabled and valid: it
 // reads the token.
-func New(cfg Config, o component.Options) (*Mesh, error) {
+func New(cfg Config, o component.Options, opts ...Option) (*Mesh, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("peers: %w", err)
 	}
@@ -108,6 +123,10 @@ func New(cfg Config, o component.Options) (*Mesh, error) {
 		wake:   make(chan struct{}, 1),
 		wanted: make(map[string]string), learned: make(map[string]time.Time), self: make(map[string]bool),
 		remotes: make(map[uint64]*remote), trigger: make(chan struct{}, 1),
+		dialCreds: insecure.NewCredentials(),
+	}
+	for _, opt := range opts {
+		opt(mesh)
 	}
 	if mesh.m, err = newMetrics(o, mesh); err != nil {
 		return nil, err

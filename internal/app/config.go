@@ -17,6 +17,7 @@ import (
 
 	"github.com/warmpath/warmpath/discovery"
 	"github.com/warmpath/warmpath/extproc"
+	"github.com/warmpath/warmpath/internal/mtls"
 	"github.com/warmpath/warmpath/kvevents"
 	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/peers"
@@ -71,11 +72,25 @@ type Config struct {
 // ListenConfig holds listen addresses. Port 0 picks a free port; the chosen
 // address is printed on the ready line.
 type ListenConfig struct {
-	// ExtProc is the ext_proc gRPC address. Default ":9002".
+	// ExtProc is the ext_proc gRPC address. Default "127.0.0.1:9002": an
+	// address other hosts can reach needs TLS or AllowPlaintext.
 	ExtProc string `yaml:"extproc"`
 	// Admin is the admin HTTP address (/metrics, /healthz, /readyz, /debug/*).
 	// Default ":9090".
 	Admin string `yaml:"admin"`
+	// TLS makes the ext_proc port mutual TLS: warmpath's certificate and
+	// key, and the CA whose client certificates it accepts (Envoy's, and
+	// the other replicas', which dial their peers with the same files).
+	// The files are read again when they change. Relative to the config
+	// file's directory. Default: none.
+	TLS mtls.Files `yaml:"tls"`
+	// AllowPlaintext lets the ext_proc port listen without TLS on an
+	// address other hosts can reach: only behind something that
+	// authenticates every connection itself (an Istio sidecar with STRICT
+	// mTLS). Whoever can open ext_proc streams can load the workers and
+	// feed calibration. Default false: without tls, extproc must be a
+	// loopback address.
+	AllowPlaintext bool `yaml:"allow_plaintext"`
 }
 
 // DebugConfig switches on Go's profiler on the admin port. Profiles show
@@ -173,7 +188,7 @@ type LogConfig struct {
 // DefaultConfig returns the configuration used for every key a file omits.
 func DefaultConfig() Config {
 	return Config{
-		Listen:  ListenConfig{ExtProc: ":9002", Admin: ":9090"},
+		Listen:  ListenConfig{ExtProc: "127.0.0.1:9002", Admin: ":9090"},
 		Policy:  "warmpath",
 		ExtProc: ExtProcConfig{Config: extproc.DefaultConfig(), MaxRecvMsgBytes: 64 << 20, DrainDelay: 5 * time.Second, DrainTimeout: 30 * time.Second},
 		Discovery: DiscoveryConfig{
@@ -239,8 +254,10 @@ func parseConfig(b []byte, dir string) (Config, error) {
 			cfg.Models[i].Tokenizer = filepath.Join(dir, t)
 		}
 	}
-	if t := cfg.Debug.TokenFile; t != "" && dir != "" && !filepath.IsAbs(t) {
-		cfg.Debug.TokenFile = filepath.Join(dir, t)
+	for _, p := range []*string{&cfg.Debug.TokenFile, &cfg.Listen.TLS.Cert, &cfg.Listen.TLS.Key, &cfg.Listen.TLS.ClientCA} {
+		if *p != "" && dir != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
@@ -257,6 +274,13 @@ func (c *Config) Validate() error {
 	}
 	if err := checkListen(c.Listen.Admin); err != nil {
 		bad("listen.admin: %w", err)
+	}
+	if err := c.Listen.TLS.Validate(); err != nil {
+		bad("listen.tls: %w", err)
+	}
+	if !c.Listen.TLS.Enabled() && !c.Listen.AllowPlaintext && !loopback(c.Listen.ExtProc) {
+		bad("listen.extproc: %q is reachable from other hosts without TLS: set listen.tls (mutual TLS with Envoy) "+
+			"or, behind a proxy that authenticates every connection (an Istio sidecar), listen.allow_plaintext: true", c.Listen.ExtProc)
 	}
 	switch d := c.Debug; {
 	case !slices.Contains([]string{"auto", "on", "off"}, d.Endpoints):

@@ -12,7 +12,7 @@ import (
 )
 
 const exampleConfig = `
-listen: {extproc: ":9002", admin: ":9090"}
+listen: {extproc: "127.0.0.1:9002", admin: ":9090"}
 policy: round-robin
 models:
   - name: qwen3
@@ -46,7 +46,7 @@ func TestParseConfigDefaultsAndValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if min.Models[0].BlockSize != defaultBlockSize || min.Listen.ExtProc != ":9002" || min.Policy != "warmpath" {
+	if min.Models[0].BlockSize != defaultBlockSize || min.Listen.ExtProc != "127.0.0.1:9002" || min.Policy != "warmpath" {
 		t.Fatalf("defaults: %+v", min)
 	}
 }
@@ -70,6 +70,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad log level", "log: {level: loud}\n", "log.level"},
 		{"not yaml", "workers: [\n", "decode"},
 		{"several problems joined", "policy: x\nlog: {format: xml}\n", "log.format"},
+		{"plaintext ext_proc on a reachable address", "listen: {extproc: ':9002'}\n", "reachable from other hosts without TLS"},
+		{"half a TLS configuration", "listen: {tls: {cert_file: a.pem}}\n", "listen.tls: cert_file, key_file and client_ca_file are needed together"},
 		{"bad debug endpoints", "debug: {endpoints: yes}\n", `debug.endpoints: "yes" is not one of`},
 		{"debug endpoints on a reachable port without a token", "listen: {admin: ':9090'}\ndebug: {endpoints: 'on'}\n", "need token_file"},
 		{"pprof on a reachable port without a token", "listen: {admin: '0.0.0.0:9090'}\ndebug: {pprof: true}\n", "need token_file"},

@@ -76,7 +76,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: warmpath serve --config FILE [flags]
 
-Serves Envoy's ext_proc protocol (gRPC, default :9002) and the admin HTTP API
+Serves Envoy's ext_proc protocol (gRPC, default 127.0.0.1:9002) and the admin HTTP API
 (default :9090: /metrics, /healthz, /readyz, /debug/workers, POST /debug/lookup).
 Prints one line "warmpath ready extproc=ADDR admin=ADDR" when it accepts requests.
 On SIGINT/SIGTERM its gRPC health turns NOT_SERVING while it keeps serving new

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -25,6 +26,7 @@ import (
 	"github.com/warmpath/warmpath/discovery"
 	"github.com/warmpath/warmpath/extproc"
 	"github.com/warmpath/warmpath/internal/component"
+	"github.com/warmpath/warmpath/internal/mtls"
 	"github.com/warmpath/warmpath/kvevents"
 	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/peers"
@@ -102,7 +104,15 @@ func assemble(ctx context.Context, cfg Config, eo embedOptions, reg prometheus.R
 	var ropts []scoring.Option
 	var mesh *peers.Mesh
 	if cfg.Peers.Enabled() {
-		if mesh, err = peers.New(cfg.Peers, component.Options{Logger: log.With("component", "peers"), Registerer: reg}); err != nil {
+		var popts []peers.Option
+		if cfg.Listen.TLS.Enabled() {
+			tc, err := mtls.Client(cfg.Listen.TLS, log.With("component", "peers"))
+			if err != nil {
+				return nil, fmt.Errorf("peers: %w", err)
+			}
+			popts = append(popts, peers.WithDialCredentials(credentials.NewTLS(tc)))
+		}
+		if mesh, err = peers.New(cfg.Peers, component.Options{Logger: log.With("component", "peers"), Registerer: reg}, popts...); err != nil {
 			return nil, err
 		}
 		src.Peers = mesh
@@ -165,13 +175,21 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
-	gs := grpc.NewServer(
+	sopts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.ExtProc.MaxRecvMsgBytes),
 		// Envoy pings per its cluster's connection_keepalive; answering those
 		// with GOAWAY too_many_pings would drop every stream on the connection.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-	)
+	}
+	if cfg.Listen.TLS.Enabled() {
+		tc, err := mtls.Server(cfg.Listen.TLS, p.log.With("component", "tls"))
+		if err != nil {
+			return fmt.Errorf("listen.tls: %w", err)
+		}
+		sopts = append(sopts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	gs := grpc.NewServer(sopts...)
 	extprocv3.RegisterExternalProcessorServer(gs, p.proc)
 	if p.mesh != nil {
 		p.mesh.Register(gs)
