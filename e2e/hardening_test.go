@@ -91,6 +91,9 @@ func TestRealEnvoyMutualTLSExtProc(t *testing.T) {
 		"listen: {tls: {cert_file: %q, key_file: %q, client_ca_file: %q}}\nlog:", serverCert, serverKey, ca.CertFile), 1)
 	wp := startWarmpath(t, cfg)
 	e := startEnvoyWith(t, "envoy/envoy.yaml", func(c *clusterv3.Cluster) {
+		if c.Name != "warmpath" {
+			return
+		}
 		tlsCtx, err := anypb.New(&tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
 			AlpnProtocols: []string{"h2"},
 			TlsCertificates: []*tlsv3.TlsCertificate{{
@@ -133,4 +136,53 @@ func TestRealEnvoyMutualTLSExtProc(t *testing.T) {
 			t.Errorf("%s: health check answered %v; want no connection", name, err)
 		}
 	}
+}
+
+// TestRealEnvoyDeadWorkerLosesNoRequest kills an idle worker behind
+// envoy/envoy-override-host.yaml with extproc.fallbacks: 2. Round-robin
+// keeps choosing it in turn until health checking notices (the periodic
+// check is an hour away), and each of those requests is served by the
+// next endpoint of warmpath's list: zero failures. (The streams a dying
+// worker was serving are cut; TestRealEnvoyWorkerKilledMidRun covers them.)
+func TestRealEnvoyDeadWorkerLosesNoRequest(t *testing.T) {
+	t.Parallel()
+	ws := []*simWorker{startSim(t, "w0", false), startSim(t, "w1", false), startSim(t, "w2", false)}
+	cfg := strings.Replace(healthConfig("1h", "", ws...), "extproc:\n", "extproc:\n  fallbacks: 2\n", 1)
+	wp := startWarmpath(t, cfg)
+	e := startEnvoyWith(t, "envoy/envoy-override-host.yaml", func(c *clusterv3.Cluster) {
+		if c.Name == "model_pods" {
+			var addrs []string
+			for _, w := range ws {
+				addrs = append(addrs, w.srv.Worker(w.name).Address)
+			}
+			setEndpoints(c, addrs...)
+		}
+	}, wp.ExtProc)
+	url := "http://" + e.Listeners["llm_ingress"]
+	waitFor(t, "warmpath ready", func() bool { return wp.readyz(t) == 200 })
+	for range 3 {
+		if r := send(t, url, 2); r.status != 200 {
+			t.Fatalf("before the kill: status %d from %q", r.status, r.worker)
+		}
+	}
+
+	ws[2].kill()
+	var failed []string
+	rescued := 0
+	for i := range 30 {
+		r := send(t, url, 2)
+		switch {
+		case r.status != 200:
+			failed = append(failed, fmt.Sprintf("request %d: status %d, chosen %q: %.200s", i, r.status, r.worker, r.body))
+		case r.worker == "w2":
+			rescued++ // chosen, dead, served by a fallback
+		}
+	}
+	if len(failed) > 0 {
+		t.Errorf("%d of 30 requests failed after the kill, want 0:\n%s", len(failed), strings.Join(failed, "\n"))
+	}
+	if rescued == 0 {
+		t.Error("no request chose the dead worker: the test did not exercise the fallback")
+	}
+	t.Logf("%d requests chose the dead worker and were served by a fallback", rescued)
 }

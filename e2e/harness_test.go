@@ -172,8 +172,8 @@ func startEnvoy(t testing.TB, file string, extprocs ...string) *envoytest.Envoy 
 	return startEnvoyWith(t, file, nil, extprocs...)
 }
 
-// startEnvoyWith is startEnvoy with the warmpath cluster changed by edit
-// (nil: unchanged) after its endpoints are set.
+// startEnvoyWith is startEnvoy with every cluster passed to edit (nil:
+// unchanged), the warmpath cluster after its endpoints are set.
 func startEnvoyWith(t testing.TB, file string, edit func(*clusterv3.Cluster), extprocs ...string) *envoytest.Envoy {
 	t.Helper()
 	bs, err := envoy.LoadBootstrap(filepath.Join(envoytest.RepoRoot(t), file))
@@ -187,9 +187,9 @@ func startEnvoyWith(t testing.TB, file string, edit func(*clusterv3.Cluster), ex
 	for _, c := range bs.StaticResources.Clusters {
 		if c.Name == "warmpath" {
 			setEndpoints(c, extprocs...)
-			if edit != nil {
-				edit(c)
-			}
+		}
+		if edit != nil {
+			edit(c)
 		}
 	}
 	b, err := envoy.MarshalBootstrap(bs)
