@@ -94,7 +94,11 @@ func (c *calibrator) system() (a [numParams][numParams]float64, b [numParams]flo
 // observe updates the fit with features x (as returned by workload.features)
 // and the observed time y in seconds. It reports whether the observation was
 // down-weighted as an outlier.
-func (c *calibrator) observe(x [numParams]float64, y float64, cfg *Config) (outlier bool) {
+//
+// A run of resetRun same-sign outliers restarts the fit, unless mayReset
+// (nil: always) declines for that sign: then the run goes on, each outlier
+// down-weighted, and the restart waits until mayReset agrees.
+func (c *calibrator) observe(x [numParams]float64, y float64, cfg *Config, mayReset func(sign float64) bool) (outlier bool) {
 	if !(y > 0) || math.IsInf(y, 0) {
 		return false
 	}
@@ -130,7 +134,7 @@ func (c *calibrator) observe(x [numParams]float64, y float64, cfg *Config) (outl
 	} else {
 		c.run = 0
 	}
-	if c.run >= resetRun {
+	if c.run >= resetRun && (mayReset == nil || mayReset(c.runSign)) {
 		c.run = 0
 		c.resets++
 		c.a, c.b = [numParams][numParams]float64{}, [numParams]float64{}

@@ -111,7 +111,7 @@ func TestCalibrationConverges(t *testing.T) {
 			outliers := 0
 			for range 300 {
 				w := randomWork(rng, 8192)
-				if c.observe(w.features(), noisy(rng, tt.e.ttft(w), 0.05, 0.05), &cfg) {
+				if c.observe(w.features(), noisy(rng, tt.e.ttft(w), 0.05, 0.05), &cfg, nil) {
 					outliers++
 				}
 			}
@@ -184,11 +184,11 @@ func TestCalibrationForgets(t *testing.T) {
 	c := newCalibrator(cfg.Prior, cfg.PriorSpread, cfg.NoiseRel)
 	for range 300 {
 		w := randomWork(rng, 8192)
-		c.observe(w.features(), noisy(rng, fast.ttft(w), 0.05, 0), &cfg)
+		c.observe(w.features(), noisy(rng, fast.ttft(w), 0.05, 0), &cfg, nil)
 	}
 	for range 300 {
 		w := randomWork(rng, 8192)
-		c.observe(w.features(), noisy(rng, slow.ttft(w), 0.05, 0), &cfg)
+		c.observe(w.features(), noisy(rng, slow.ttft(w), 0.05, 0), &cfg, nil)
 	}
 	errs := absPctErrors(rng, c, slow, 300)
 	if med := errs[len(errs)/2]; med > 0.10 {
@@ -217,7 +217,7 @@ func TestCalibratorIgnoresBadObservations(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c := newCalibrator(cfg.Prior, cfg.PriorSpread, cfg.NoiseRel)
-			c.observe(tt.x, tt.y, &cfg)
+			c.observe(tt.x, tt.y, &cfg, nil)
 			if c.model() != cfg.Prior || c.n != 0 {
 				t.Errorf("model moved to %+v", c.model())
 			}
@@ -257,7 +257,7 @@ func TestCalibrationNarrowWorkload(t *testing.T) {
 	c := newCalibrator(cfg.Prior, cfg.PriorSpread, cfg.NoiseRel)
 	for range 2000 {
 		w := hitWork(rng, 2048)
-		c.observe(w.features(), noisy(rng, e.ttft(w), 0.1, 0.03), &cfg)
+		c.observe(w.features(), noisy(rng, e.ttft(w), 0.1, 0.03), &cfg, nil)
 	}
 	errs := make([]float64, 400)
 	for i := range errs {

@@ -241,7 +241,7 @@ func TestSeedDecode(t *testing.T) {
 	for range 20 {
 		x := decodeFeatures(100, 0, 4, 4000)
 		y := 3 * (100*(m.StepOverhead+4*m.DecodePerSeq) + 100*4000*m.ContextPerToken)
-		a.dec.observe(x, y, &cfg)
+		a.dec.observe(x, y, &cfg, nil)
 	}
 	l.seedDecode(now)
 	want := a.dec.model()
@@ -255,7 +255,7 @@ func TestSeedDecode(t *testing.T) {
 	}
 	// A worker measured since keeps its own model when another appears.
 	b := l.worker("b")
-	b.dec.observe(decodeFeatures(100, 0, 1, 100), 0.5, &cfg)
+	b.dec.observe(decodeFeatures(100, 0, 1, 100), 0.5, &cfg, nil)
 	own := b.dec.model()
 	l.worker("d")
 	l.seedDecode(now)

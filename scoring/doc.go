@@ -22,7 +22,8 @@
 //   - The ledger (ledger.go) is the one record of what is in flight: the
 //     chosen worker's reservation, from Pick to Done.
 //   - Learning (learn.go, calibrate.go, gap.go) takes what each outcome
-//     teaches.
+//     teaches; a run of outliers restarts a worker's fit only when the
+//     engine's own first-token figures corroborate it (corroborate.go).
 //   - Metrics (metrics.go) are what only the router knows; decisions and
 //     outcomes themselves are observed by the ext_proc layer, for every
 //     picker alike.

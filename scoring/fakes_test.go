@@ -214,6 +214,9 @@ type loadReport struct {
 	HasKVUsage       bool
 	KVBlocks         int
 	Scraped          time.Time
+	// The engine's own first-token histogram: count and seconds.
+	TTFTCount, TTFTSeconds float64
+	HasTTFT                bool
 }
 
 // fakeLoad serves fixed load reports, stale past maxAge on clock, as the
@@ -235,7 +238,8 @@ func (f *fakeLoad) Load(w string) (discovery.EngineLoad, bool) {
 	}
 	return discovery.EngineLoad{
 		EngineMetrics: discovery.EngineMetrics{Running: r.Running, Waiting: r.Waiting,
-			KVCacheUsage: r.KVUsage, HasKVCacheUsage: r.HasKVUsage, KVBlocks: r.KVBlocks},
+			KVCacheUsage: r.KVUsage, HasKVCacheUsage: r.HasKVUsage, KVBlocks: r.KVBlocks,
+			TTFTCount: r.TTFTCount, TTFTSeconds: r.TTFTSeconds, HasTTFT: r.HasTTFT},
 		ScrapedAt: r.Scraped,
 		Stale:     f.clock.Now().Sub(r.Scraped) > f.maxAge,
 	}, true

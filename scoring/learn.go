@@ -34,6 +34,8 @@ type workerModel struct {
 	dec *calibrator
 	typ typical
 	gap gapTracker
+	// run follows cal's current run of outliers for corroboration.
+	run runWatch
 	// lastOutcome is when the worker's last outcome was learned and
 	// lastRelax when its calibration was last relaxed for idleness.
 	lastOutcome, lastRelax time.Time
@@ -79,18 +81,21 @@ func (l *learner) model(worker string) StepModel {
 
 // learned is what one outcome taught, for metrics and logs outside the lock.
 type learned struct {
-	unexplained  bool // not fitted: unknown load was ahead of it
-	bounded      bool // fitted to a non-streamed answer's end, an upper bound
-	outlier      bool
-	reset        bool
-	model        StepModel
-	decoded      bool // the decode model was fitted
-	decodeModel  StepModel
-	checked      bool
-	cachedResult string
-	gap          gapChange
-	gapRate      float64
-	gapBias      float64
+	unexplained bool // not fitted: unknown load was ahead of it
+	bounded     bool // fitted to a non-streamed answer's end, an upper bound
+	outlier     bool
+	reset       bool
+	// uncorroborated: a restart of the fit was declined, the engine's own
+	// figures disagreeing; firstDecline: the first such of its run.
+	uncorroborated, firstDecline bool
+	model                        StepModel
+	decoded                      bool // the decode model was fitted
+	decodeModel                  StepModel
+	checked                      bool
+	cachedResult                 string
+	gap                          gapChange
+	gapRate                      float64
+	gapBias                      float64
 }
 
 // learns reports whether an outcome is a measurement calibration believes:
@@ -105,7 +110,7 @@ const maxTTFT = time.Hour
 // The model is fitted with what the engine reports (prompt and cached
 // tokens) rather than what was predicted, so index errors do not bend the
 // speed estimate.
-func (l *learner) learn(a *assignment, o Outcome, now time.Time) learned {
+func (l *learner) learn(a *assignment, o Outcome, now time.Time, eng engineTTFT) learned {
 	st := l.worker(a.worker)
 	st.lastOutcome = now
 	actual := o.TTFT.Seconds()
@@ -149,9 +154,7 @@ func (l *learner) learn(a *assignment, o Outcome, now time.Time) learned {
 	// failed attempt.
 	res.unexplained = a.unexplained
 	if a.kvWait == 0 && !a.unexplained && !a.moved {
-		resets := st.cal.resets
-		res.outlier = st.cal.observe(w.features(), actual/a.pred.factor, l.cfg)
-		res.reset = st.cal.resets != resets
+		l.fit(st, w.features(), actual/a.pred.factor, actual, eng, &res)
 	}
 	res.model = st.cal.model()
 	res.decoded = l.learnDecode(st, a, o)
@@ -179,7 +182,7 @@ func learnsUnstreamed(a *assignment, o Outcome) bool {
 // first token later than the whole answer is too slow, and is fitted to
 // the answer's duration, an upper bound of the truth. A faster answer says
 // nothing more, since its split into first token and decode is not seen.
-func (l *learner) learnUnstreamed(a *assignment, o Outcome, now time.Time) learned {
+func (l *learner) learnUnstreamed(a *assignment, o Outcome, now time.Time, eng engineTTFT) learned {
 	st := l.worker(a.worker)
 	st.lastOutcome = now
 	if o.CompletionTokens > 0 {
@@ -196,14 +199,34 @@ func (l *learner) learnUnstreamed(a *assignment, o Outcome, now time.Time) learn
 			w.cached = float64(o.CachedTokens)
 			w.offloaded = min(w.offloaded, w.cached)
 		}
-		resets := st.cal.resets
-		res.outlier = st.cal.observe(w.features(), end/a.pred.factor, l.cfg)
-		res.reset = st.cal.resets != resets
+		l.fit(st, w.features(), end/a.pred.factor, end, eng, &res)
 		res.bounded = true
 	}
 	res.model = st.cal.model()
 	res.decodeModel = st.dec.model()
 	return res
+}
+
+// fit feeds st's calibration the time y (seconds, scaled as predicted;
+// seen is the time as measured) of an outcome with features x. A run of
+// outliers restarts the fit only when eng, the engine's own first-token
+// figures, corroborates it (corroborate.go).
+func (l *learner) fit(st *workerModel, x [numParams]float64, y, seen float64, eng engineTTFT, res *learned) {
+	resets, prev := st.cal.resets, st.cal.run
+	res.outlier = st.cal.observe(x, y, l.cfg, func(sign float64) bool {
+		ok := st.run.corroborates(sign, seen, eng)
+		if !ok {
+			res.uncorroborated = true
+			st.run.declined++
+			res.firstDecline = st.run.declined == 1
+		}
+		return ok
+	})
+	st.run.observed(prev, st.cal.run, seen, eng)
+	if st.cal.run == 0 {
+		st.run.declined = 0
+	}
+	res.reset = st.cal.resets != resets
 }
 
 // minDecodeSteps is the fewest decode steps a response must take to
@@ -248,7 +271,7 @@ func (l *learner) learnDecode(st *workerModel, a *assignment, o Outcome) bool {
 	}
 	ctx := (a.decodeTo.ctxSec-a.decodeFrom.ctxSec)/meterSpan + batch*out/2
 	prefilled := max(a.decodeTo.prefilled-a.decodeFrom.prefilled, 0)
-	st.dec.observe(decodeFeatures(steps, prefilled, batch, ctx), span, l.cfg)
+	st.dec.observe(decodeFeatures(steps, prefilled, batch, ctx), span, l.cfg, nil)
 	return true
 }
 

@@ -28,19 +28,20 @@ type metrics struct {
 	unknownDone prometheus.Counter // Done for no live decision
 
 	// Learning.
-	cachedCheck   *prometheus.CounterVec // result: exact, over, under
-	cachedGap     *prometheus.GaugeVec   // worker: 1 while a gap is reported
-	outliers      prometheus.Counter     // observations down-weighted
-	resets        prometheus.Counter     // calibration covariance resets
-	idleRestarts  prometheus.Counter     // calibrations restarted after idleness
-	kvSilent      *prometheus.GaugeVec   // worker: 1 while flagged as publishing no KV events
-	boundedFits   prometheus.Counter     // fits to a non-streamed answer's end
-	unexplained   prometheus.Counter     // outcomes not fitted: unknown load was ahead
-	prefillPerTok *prometheus.GaugeVec   // worker: learned s/token
-	stepOverhead  *prometheus.GaugeVec   // worker: learned s/step
-	decodeFits    prometheus.Counter     // outcomes the decode model was fitted to
-	decodeStep    *prometheus.GaugeVec   // worker: learned s/decode step
-	decodePerSeq  *prometheus.GaugeVec   // worker: learned s/sequence in a decode step
+	cachedCheck    *prometheus.CounterVec // result: exact, over, under
+	cachedGap      *prometheus.GaugeVec   // worker: 1 while a gap is reported
+	outliers       prometheus.Counter     // observations down-weighted
+	resets         prometheus.Counter     // calibration covariance resets
+	uncorroborated prometheus.Counter     // resets declined for the engine's figures
+	idleRestarts   prometheus.Counter     // calibrations restarted after idleness
+	kvSilent       *prometheus.GaugeVec   // worker: 1 while flagged as publishing no KV events
+	boundedFits    prometheus.Counter     // fits to a non-streamed answer's end
+	unexplained    prometheus.Counter     // outcomes not fitted: unknown load was ahead
+	prefillPerTok  *prometheus.GaugeVec   // worker: learned s/token
+	stepOverhead   *prometheus.GaugeVec   // worker: learned s/step
+	decodeFits     prometheus.Counter     // outcomes the decode model was fitted to
+	decodeStep     *prometheus.GaugeVec   // worker: learned s/decode step
+	decodePerSeq   *prometheus.GaugeVec   // worker: learned s/sequence in a decode step
 }
 
 func newMetrics(o component.Options) (*metrics, error) {
@@ -68,6 +69,8 @@ func newMetrics(o component.Options) (*metrics, error) {
 			Name: "calibration_outliers_total", Help: "Outcomes down-weighted as outliers by calibration."}),
 		resets: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "calibration_resets_total", Help: "Runs of same-sign outliers taken as a worker changing speed, which restart its fit from the prior's uncertainty."}),
+		uncorroborated: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "calibration_uncorroborated_total", Help: "Outliers of a run that would restart a worker's fit which the engine's own first-token figures (vllm:time_to_first_token_seconds) did not corroborate: the restart was declined and the outlier stayed down-weighted."}),
 		kvSilent: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "kv_events_silent", Help: "1 while the worker serves requests that must store KV blocks without publishing any KV event (wrong endpoint, connect instead of bind, prefix caching off); routing to it is blind to its cache."}, []string{"worker"}),
 		boundedFits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -91,7 +94,7 @@ func newMetrics(o component.Options) (*metrics, error) {
 	m.loadStale = m.loadReports.WithLabelValues("stale")
 	m.loadMissing = m.loadReports.WithLabelValues("missing")
 	if err := o.Register("scoring", m.loadReports, m.staleIndex, m.shadowRegret, m.shadowAgree, m.unknownDone,
-		m.cachedCheck, m.cachedGap, m.kvSilent, m.boundedFits, m.outliers, m.resets, m.idleRestarts, m.unexplained, m.prefillPerTok, m.stepOverhead, m.decodeFits, m.decodeStep, m.decodePerSeq); err != nil {
+		m.cachedCheck, m.cachedGap, m.kvSilent, m.boundedFits, m.outliers, m.resets, m.uncorroborated, m.idleRestarts, m.unexplained, m.prefillPerTok, m.stepOverhead, m.decodeFits, m.decodeStep, m.decodePerSeq); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -108,6 +111,13 @@ func (m *metrics) learned(worker string, l learned, log *slog.Logger) {
 	}
 	if l.bounded {
 		m.boundedFits.Inc()
+	}
+	if l.uncorroborated {
+		m.uncorroborated.Inc()
+	}
+	if l.firstDecline {
+		log.Warn("outcomes say the worker changed speed but its engine's own first-token figures disagree: calibration not restarted (a source reporting false outcomes, or a proxy that measures wrong)",
+			"worker", worker)
 	}
 	if l.reset {
 		m.resets.Inc()

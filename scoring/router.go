@@ -270,6 +270,10 @@ func (r *Router) Done(d *Decision, o Outcome) {
 	if r.gather.index != nil && o.End == EndCompleted {
 		batches, watched = r.gather.index.Batches(d.Worker)
 	}
+	var eng engineTTFT
+	if r.gather.load != nil && o.End == EndCompleted {
+		eng = engineTTFTOf(r.gather.load.Load(d.Worker))
+	}
 	r.mu.Lock()
 	now := r.now()
 	a, ok := r.ledger.end(d, now)
@@ -282,9 +286,9 @@ func (r *Router) Done(d *Decision, o Outcome) {
 	learnOK := learns(o)
 	switch {
 	case learnOK:
-		l = r.learn.learn(a, o, now)
+		l = r.learn.learn(a, o, now, eng)
 	case learnsUnstreamed(a, o):
-		l, learnOK = r.learn.learnUnstreamed(a, o, now), true
+		l, learnOK = r.learn.learnUnstreamed(a, o, now, eng), true
 	}
 	quiet := silenceSame
 	if watched && a.worker == d.Worker {

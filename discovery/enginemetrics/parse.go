@@ -27,12 +27,17 @@ const (
 	metricPreemptions    = "vllm:num_preemptions_total"
 	metricLoRAInfo       = "vllm:lora_requests_info"
 	metricCacheConfig    = "vllm:cache_config_info"
+	// The first-token histogram's sum and count only: their sample lines
+	// are kept without the family's TYPE line, so they parse as untyped.
+	metricTTFTSum   = "vllm:time_to_first_token_seconds_sum"
+	metricTTFTCount = "vllm:time_to_first_token_seconds_count"
 )
 
 var wantedMetrics = map[string]bool{
 	metricRunning: true, metricWaiting: true, metricKVUsage: true, metricGPUUsage: true,
 	metricPrefixQueries: true, metricPrefixHits: true, metricGPUPrefixQuery: true, metricGPUPrefixHits: true,
 	metricPreemptions: true, metricLoRAInfo: true, metricCacheConfig: true,
+	metricTTFTSum: true, metricTTFTCount: true,
 }
 
 // Errors of Parse. They are wrapped; test with errors.Is.
@@ -68,6 +73,12 @@ type Metrics struct {
 	PrefixCacheHits    float64 `json:"prefix_cache_hits"`
 	// Preemptions is the cumulative vllm:num_preemptions_total.
 	Preemptions float64 `json:"preemptions"`
+	// TTFTCount and TTFTSeconds are the cumulative count and sum of the
+	// engine's own vllm:time_to_first_token_seconds histogram: the first
+	// tokens it measured itself. HasTTFT is false when it exposes none.
+	TTFTCount   float64 `json:"ttft_count"`
+	TTFTSeconds float64 `json:"ttft_seconds"`
+	HasTTFT     bool    `json:"has_ttft"`
 	// Engines is the number of distinct engine label values seen.
 	Engines int `json:"engines"`
 	// LoRA is the newest vllm:lora_requests_info; nil without LoRA.
@@ -222,6 +233,9 @@ func parseFiltered(text []byte) (Metrics, error) {
 	m.PrefixCacheQueries = counter(metricPrefixQueries, metricGPUPrefixQuery)
 	m.PrefixCacheHits = counter(metricPrefixHits, metricGPUPrefixHits)
 	m.Preemptions = counter(metricPreemptions, metricPreemptions)
+	if fams[metricTTFTCount] != nil && fams[metricTTFTSum] != nil {
+		m.TTFTCount, m.TTFTSeconds, m.HasTTFT = counter(metricTTFTCount, metricTTFTCount), counter(metricTTFTSum, metricTTFTSum), true
+	}
 	if f := fams[metricLoRAInfo]; f != nil {
 		lora, err := parseLoRA(f)
 		if err != nil {

@@ -27,6 +27,8 @@ type wantMetrics struct {
 	LoRA               *LoRAInfo    `json:"lora"`
 	CacheConfig        *CacheConfig `json:"cache_config"`
 	KVBlocks           int          `json:"kv_blocks"`
+	TTFTCount          float64      `json:"ttft_count"`
+	TTFTSeconds        float64      `json:"ttft_seconds"`
 }
 
 func TestParseFixtures(t *testing.T) {
@@ -61,7 +63,10 @@ func TestParseFixtures(t *testing.T) {
 				Running: got.Running, Waiting: got.Waiting, KVCacheUsage: want.KVCacheUsage,
 				PrefixCacheQueries: got.PrefixCacheQueries, PrefixCacheHits: got.PrefixCacheHits,
 				Preemptions: got.Preemptions, Engines: got.Engines, LoRA: got.LoRA, CacheConfig: got.CacheConfig,
-				KVBlocks: got.KVBlocks,
+				KVBlocks: got.KVBlocks, TTFTCount: got.TTFTCount, TTFTSeconds: got.TTFTSeconds,
+			}
+			if got.HasTTFT != (want.TTFTCount > 0) {
+				t.Errorf("HasTTFT %v with %v first tokens wanted", got.HasTTFT, want.TTFTCount)
 			}
 			if !reflect.DeepEqual(gotCmp, want) {
 				g, _ := json.Marshal(gotCmp)
