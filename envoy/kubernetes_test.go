@@ -174,6 +174,29 @@ type backendTrafficPolicySpec struct {
 	} `yaml:"loadBalancer"`
 }
 
+// backendTLSPolicySpec is the part of Gateway API's BackendTLSPolicy the
+// configuration uses.
+type backendTLSPolicySpec struct {
+	TargetRefs []struct {
+		Group       string `yaml:"group"`
+		Kind        string `yaml:"kind"`
+		Name        string `yaml:"name"`
+		SectionName string `yaml:"sectionName"`
+	} `yaml:"targetRefs"`
+	Validation struct {
+		CACertificateRefs []targetRef `yaml:"caCertificateRefs"`
+		Hostname          string      `yaml:"hostname"`
+	} `yaml:"validation"`
+}
+
+// envoyProxySpec is the part of Envoy Gateway's EnvoyProxy the
+// configuration uses.
+type envoyProxySpec struct {
+	BackendTLS struct {
+		ClientCertificateRef targetRef `yaml:"clientCertificateRef"`
+	} `yaml:"backendTLS"`
+}
+
 type httpRouteSpec struct {
 	ParentRefs []struct {
 		Name string `yaml:"name"`
@@ -291,6 +314,19 @@ func TestKubernetesObjects(t *testing.T) {
 				if err = decodeStrict(&o.Spec, &s); err == nil && s.LoadBalancer.EndpointOverride.ExtractFrom[0].Header != "x-gateway-destination-endpoint" {
 					err = errors.New("endpointOverride must read x-gateway-destination-endpoint")
 				}
+			case "gateway.networking.k8s.io/v1 BackendTLSPolicy":
+				// warmpath's ext_proc port is mutual TLS: the gateway checks
+				// its certificate for the Service's name.
+				var s backendTLSPolicySpec
+				if err = decodeStrict(&o.Spec, &s); err == nil && (len(s.TargetRefs) != 1 || s.TargetRefs[0].Name != "warmpath" ||
+					s.TargetRefs[0].SectionName != "extproc" || len(s.Validation.CACertificateRefs) != 1 || s.Validation.Hostname != "warmpath.llm.svc.cluster.local") {
+					err = errors.New("BackendTLSPolicy must verify warmpath's extproc port against one CA, for warmpath.llm.svc.cluster.local")
+				}
+			case "gateway.envoyproxy.io/v1alpha1 EnvoyProxy":
+				var s envoyProxySpec
+				if err = decodeStrict(&o.Spec, &s); err == nil && (s.BackendTLS.ClientCertificateRef.Kind != "Secret" || s.BackendTLS.ClientCertificateRef.Name == "") {
+					err = errors.New("EnvoyProxy must present a client certificate from a Secret to backends")
+				}
 			case "gateway.networking.k8s.io/v1 HTTPRoute":
 				var s httpRouteSpec
 				err = decodeStrict(&o.Spec, &s)
@@ -310,7 +346,7 @@ func TestKubernetesObjects(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"EnvoyFilter", "EnvoyExtensionPolicy", "BackendTrafficPolicy", "HTTPRoute", "InferencePool"} {
+	for _, k := range []string{"EnvoyFilter", "EnvoyExtensionPolicy", "BackendTrafficPolicy", "BackendTLSPolicy", "EnvoyProxy", "HTTPRoute", "InferencePool"} {
 		if kinds[k] == 0 {
 			t.Errorf("no %s checked", k)
 		}
