@@ -32,7 +32,9 @@ type Config struct {
 	// until their usage is read. A request whose body would pass it is
 	// answered 503 with Retry-After; a response body that would is passed
 	// through without its usage being read. The process's memory for them
-	// is a small multiple (gRPC's message buffers, parsing). Default 512 MiB.
+	// is a small multiple (gRPC's message buffers, parsing; about three
+	// times), which the default keeps within the 2 GiB deploy/ allows.
+	// Default 256 MiB.
 	MaxBufferedBytes int64 `yaml:"max_buffered_bytes"`
 	// BodyTimeout bounds the time from the request headers to the end of
 	// the request body; a request whose body is still arriving then is
@@ -104,7 +106,7 @@ func DefaultConfig() Config {
 		MetadataNamespace: "envoy.lb",
 		MaxBodyBytes:      16 << 20,
 		MaxResponseBytes:  4 << 20,
-		MaxBufferedBytes:  512 << 20,
+		MaxBufferedBytes:  256 << 20,
 		BodyTimeout:       time.Minute,
 		BodyMode:          "full_duplex",
 		AssignmentTTL:     30 * time.Minute,
