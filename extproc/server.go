@@ -114,6 +114,9 @@ func New(cfg Config, pool Pool, picker Picker, o component.Options, opts ...Opti
 	return s, nil
 }
 
+// BufferedBytes returns the bytes every stream's buffers hold now.
+func (s *Server) BufferedBytes() int64 { return s.buffers.held.Load() }
+
 // InFlight returns the number of assignments routed and not yet ended.
 func (s *Server) InFlight() int { return int(s.inFlight.Load()) }
 

@@ -247,6 +247,7 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		return nil
 	})
 	g.Go(func() error { return p.subs.Run(loops) })
+	g.Go(func() error { return returnMemory(loops, p.proc.BufferedBytes, time.Second, nil) })
 	if p.mesh != nil {
 		p.mesh.SetAdvertise(grpcLis.Addr().String())
 		g.Go(func() error { return p.mesh.Run(loops, p.router, p.index) })
