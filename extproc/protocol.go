@@ -132,6 +132,7 @@ func (s *Server) requestHeaders(ctx context.Context, ex *exchange, h *extprocv3.
 	}
 	p.gotReqHeaders = true
 	req.Arrived = s.now()
+	req.Source = streamSource(ctx)
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch hv.GetKey() {
 		case ":path":

@@ -99,6 +99,15 @@ func (c *calibrator) system() (a [numParams][numParams]float64, b [numParams]flo
 // (nil: always) declines for that sign: then the run goes on, each outlier
 // down-weighted, and the restart waits until mayReset agrees.
 func (c *calibrator) observe(x [numParams]float64, y float64, cfg *Config, mayReset func(sign float64) bool) (outlier bool) {
+	return c.observeFrom(x, y, cfg, mayReset, full)
+}
+
+// observeFrom is observe for an outcome of a source of influence inf
+// (influence.go): its weight in the fit and in the residual scale is
+// scaled by inf.weight, and when the source disagrees with the others its
+// outcome neither extends nor breaks a run towards a restart.
+func (c *calibrator) observeFrom(x [numParams]float64, y float64, cfg *Config, mayReset func(sign float64) bool, inf influence) (outlier bool) {
+	weight := inf.weight
 	if !(y > 0) || math.IsInf(y, 0) {
 		return false
 	}
@@ -126,12 +135,13 @@ func (c *calibrator) observe(x [numParams]float64, y float64, cfg *Config, mayRe
 	if k := math.Abs(e) / std; k > cfg.HuberK {
 		w = cfg.HuberK / k
 		outlier = true
-		if sign := math.Copysign(1, e); c.run > 0 && sign == c.runSign {
+		// A disagreeing source's outliers say nothing of a regime.
+		if sign := math.Copysign(1, e); !inf.disagrees && c.run > 0 && sign == c.runSign {
 			c.run++
-		} else {
+		} else if !inf.disagrees {
 			c.run, c.runSign = 1, sign
 		}
-	} else {
+	} else if !inf.disagrees {
 		c.run = 0
 	}
 	if c.run >= resetRun && (mayReset == nil || mayReset(c.runSign)) {
@@ -144,11 +154,11 @@ func (c *calibrator) observe(x [numParams]float64, y float64, cfg *Config, mayRe
 	}
 	// Robust scale: relative residual, clipped so outliers move it little.
 	rel := math.Abs(e) / yhat
-	c.scale += 0.05 * (min(1.25*rel, 3*c.scale) - c.scale)
+	c.scale += 0.05 * weight * (min(1.25*rel, 3*c.scale) - c.scale)
 	c.scale = max(c.scale, 0.01)
 
-	lambda := cfg.Forgetting
-	wr := w / r
+	lambda := math.Pow(cfg.Forgetting, weight) // forgets less for less weight
+	wr := w * weight / r
 	for i := range c.a {
 		for j := range c.a[i] {
 			c.a[i][j] = lambda*c.a[i][j] + wr*z[i]*z[j]

@@ -55,6 +55,11 @@ type Request struct {
 	Stream bool
 	// Tenant is the trusted tenant identity, empty when unknown.
 	Tenant string
+	// Source is who opened the stream that will report the request's
+	// outcome: the identity of the ext_proc client's certificate under
+	// mutual TLS, else its address. Calibration bounds each source's
+	// influence on a worker (influence.go); empty is one source.
+	Source string
 	// SLO is the request's own latency targets (from headers the ext_proc
 	// layer trusts); a zero field falls back to the model's configured one.
 	SLO SLO

@@ -36,6 +36,8 @@ type workerModel struct {
 	gap gapTracker
 	// run follows cal's current run of outliers for corroboration.
 	run runWatch
+	// sources follows who reports its outcomes (influence.go).
+	sources sourceShares
 	// lastOutcome is when the worker's last outcome was learned and
 	// lastRelax when its calibration was last relaxed for idleness.
 	lastOutcome, lastRelax time.Time
@@ -88,14 +90,18 @@ type learned struct {
 	// uncorroborated: a restart of the fit was declined, the engine's own
 	// figures disagreeing; firstDecline: the first such of its run.
 	uncorroborated, firstDecline bool
-	model                        StepModel
-	decoded                      bool // the decode model was fitted
-	decodeModel                  StepModel
-	checked                      bool
-	cachedResult                 string
-	gap                          gapChange
-	gapRate                      float64
-	gapBias                      float64
+	// disagrees: the outcome's source disagrees with the worker's other
+	// sources (influence.go); firstDisagree: its previous outcome did not.
+	disagrees, firstDisagree bool
+	source                   string
+	model                    StepModel
+	decoded                  bool // the decode model was fitted
+	decodeModel              StepModel
+	checked                  bool
+	cachedResult             string
+	gap                      gapChange
+	gapRate                  float64
+	gapBias                  float64
 }
 
 // learns reports whether an outcome is a measurement calibration believes:
@@ -115,6 +121,11 @@ func (l *learner) learn(a *assignment, o Outcome, now time.Time, eng engineTTFT)
 	st.lastOutcome = now
 	actual := o.TTFT.Seconds()
 	var res learned
+	inf := full
+	if predicted := a.first.Sub(a.decided).Seconds(); predicted > 0 {
+		inf = st.sources.weigh(a.source, actual/predicted)
+		res.disagrees, res.firstDisagree, res.source = inf.disagrees, inf.began, a.source
+	}
 	const alpha = 0.05
 	if dec := (o.Duration - o.TTFT).Seconds(); o.Duration > o.TTFT {
 		if st.typ.decode == 0 {
@@ -154,10 +165,10 @@ func (l *learner) learn(a *assignment, o Outcome, now time.Time, eng engineTTFT)
 	// failed attempt.
 	res.unexplained = a.unexplained
 	if a.kvWait == 0 && !a.unexplained && !a.moved {
-		l.fit(st, w.features(), actual/a.pred.factor, actual, eng, &res)
+		l.fit(st, w.features(), actual/a.pred.factor, actual, eng, inf, &res)
 	}
 	res.model = st.cal.model()
-	res.decoded = l.learnDecode(st, a, o)
+	res.decoded = l.learnDecode(st, a, o, inf)
 	if res.decoded && l.unmeasured {
 		l.seedDecode(now)
 	}
@@ -199,7 +210,7 @@ func (l *learner) learnUnstreamed(a *assignment, o Outcome, now time.Time, eng e
 			w.cached = float64(o.CachedTokens)
 			w.offloaded = min(w.offloaded, w.cached)
 		}
-		l.fit(st, w.features(), end/a.pred.factor, end, eng, &res)
+		l.fit(st, w.features(), end/a.pred.factor, end, eng, full, &res)
 		res.bounded = true
 	}
 	res.model = st.cal.model()
@@ -208,12 +219,13 @@ func (l *learner) learnUnstreamed(a *assignment, o Outcome, now time.Time, eng e
 }
 
 // fit feeds st's calibration the time y (seconds, scaled as predicted;
-// seen is the time as measured) of an outcome with features x. A run of
-// outliers restarts the fit only when eng, the engine's own first-token
-// figures, corroborates it (corroborate.go).
-func (l *learner) fit(st *workerModel, x [numParams]float64, y, seen float64, eng engineTTFT, res *learned) {
+// seen is the time as measured) of an outcome with features x, of its
+// source's influence (influence.go). A run of outliers restarts the fit
+// only when eng, the engine's own first-token figures, corroborates it
+// (corroborate.go).
+func (l *learner) fit(st *workerModel, x [numParams]float64, y, seen float64, eng engineTTFT, inf influence, res *learned) {
 	resets, prev := st.cal.resets, st.cal.run
-	res.outlier = st.cal.observe(x, y, l.cfg, func(sign float64) bool {
+	res.outlier = st.cal.observeFrom(x, y, l.cfg, func(sign float64) bool {
 		ok := st.run.corroborates(sign, seen, eng)
 		if !ok {
 			res.uncorroborated = true
@@ -221,7 +233,7 @@ func (l *learner) fit(st *workerModel, x [numParams]float64, y, seen float64, en
 			res.firstDecline = st.run.declined == 1
 		}
 		return ok
-	})
+	}, inf)
 	st.run.observed(prev, st.cal.run, seen, eng)
 	if st.cal.run == 0 {
 		st.run.declined = 0
@@ -245,9 +257,9 @@ const minDecodeSteps = 16
 // CompletionTokens − 1 decode steps, against what the decode meter saw in
 // that window: the mean batch and context of the steps and the other
 // requests' prefill work done in them. A response needs a reported first
-// token and minDecodeSteps steps to be a measurement. It reports whether
-// the model was fitted.
-func (l *learner) learnDecode(st *workerModel, a *assignment, o Outcome) bool {
+// token and minDecodeSteps steps to be a measurement; inf is its
+// source's influence (influence.go). It reports whether the model was fitted.
+func (l *learner) learnDecode(st *workerModel, a *assignment, o Outcome, inf influence) bool {
 	decode := o.Decode
 	if decode <= 0 {
 		decode = o.Duration - o.TTFT
@@ -271,7 +283,7 @@ func (l *learner) learnDecode(st *workerModel, a *assignment, o Outcome) bool {
 	}
 	ctx := (a.decodeTo.ctxSec-a.decodeFrom.ctxSec)/meterSpan + batch*out/2
 	prefilled := max(a.decodeTo.prefilled-a.decodeFrom.prefilled, 0)
-	st.dec.observe(decodeFeatures(steps, prefilled, batch, ctx), span, l.cfg, nil)
+	st.dec.observeFrom(decodeFeatures(steps, prefilled, batch, ctx), span, l.cfg, nil, inf)
 	return true
 }
 

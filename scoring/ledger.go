@@ -148,6 +148,8 @@ type assignment struct {
 	// moved is set when Reassign moved it to another candidate: its model
 	// inputs were gathered for the worker first chosen.
 	moved bool
+	// source is the request's Source, who will report its outcome.
+	source string
 }
 
 // pastFirst reports whether a is (believed to be) decoding at t. When the

@@ -33,6 +33,7 @@ type metrics struct {
 	outliers       prometheus.Counter     // observations down-weighted
 	resets         prometheus.Counter     // calibration covariance resets
 	uncorroborated prometheus.Counter     // resets declined for the engine's figures
+	disagreeing    prometheus.Counter     // outcomes of a source disagreeing with the others
 	idleRestarts   prometheus.Counter     // calibrations restarted after idleness
 	kvSilent       *prometheus.GaugeVec   // worker: 1 while flagged as publishing no KV events
 	boundedFits    prometheus.Counter     // fits to a non-streamed answer's end
@@ -69,6 +70,8 @@ func newMetrics(o component.Options) (*metrics, error) {
 			Name: "calibration_outliers_total", Help: "Outcomes down-weighted as outliers by calibration."}),
 		resets: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "calibration_resets_total", Help: "Runs of same-sign outliers taken as a worker changing speed, which restart its fit from the prior's uncertainty."}),
+		disagreeing: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "calibration_source_disagreeing_total", Help: "Outcomes whose source (the ext_proc client: its certificate's identity or its address) disagreed with the worker's other sources by more than 2x on first token against prediction: they cannot restart the worker's fit, and are weighed down to the others' count while that source reports most of the worker's outcomes."}),
 		uncorroborated: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "calibration_uncorroborated_total", Help: "Outliers of a run that would restart a worker's fit which the engine's own first-token figures (vllm:time_to_first_token_seconds) did not corroborate: the restart was declined and the outlier stayed down-weighted."}),
 		kvSilent: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
@@ -94,7 +97,7 @@ func newMetrics(o component.Options) (*metrics, error) {
 	m.loadStale = m.loadReports.WithLabelValues("stale")
 	m.loadMissing = m.loadReports.WithLabelValues("missing")
 	if err := o.Register("scoring", m.loadReports, m.staleIndex, m.shadowRegret, m.shadowAgree, m.unknownDone,
-		m.cachedCheck, m.cachedGap, m.kvSilent, m.boundedFits, m.outliers, m.resets, m.uncorroborated, m.idleRestarts, m.unexplained, m.prefillPerTok, m.stepOverhead, m.decodeFits, m.decodeStep, m.decodePerSeq); err != nil {
+		m.cachedCheck, m.cachedGap, m.kvSilent, m.boundedFits, m.outliers, m.resets, m.uncorroborated, m.disagreeing, m.idleRestarts, m.unexplained, m.prefillPerTok, m.stepOverhead, m.decodeFits, m.decodeStep, m.decodePerSeq); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -114,6 +117,13 @@ func (m *metrics) learned(worker string, l learned, log *slog.Logger) {
 	}
 	if l.uncorroborated {
 		m.uncorroborated.Inc()
+	}
+	if l.disagrees {
+		m.disagreeing.Inc()
+	}
+	if l.firstDisagree {
+		log.Warn("a source's outcomes disagree with the worker's other sources: they cannot restart its calibration and weigh no more than the others' (a client reporting false outcomes, or a proxy that measures wrong)",
+			"worker", worker, "source", l.source)
 	}
 	if l.firstDecline {
 		log.Warn("outcomes say the worker changed speed but its engine's own first-token figures disagree: calibration not restarted (a source reporting false outcomes, or a proxy that measures wrong)",
