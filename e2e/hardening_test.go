@@ -142,7 +142,8 @@ func TestRealEnvoyMutualTLSExtProc(t *testing.T) {
 // envoy/envoy-override-host.yaml with extproc.fallbacks: 2. Round-robin
 // keeps choosing it in turn until health checking notices (the periodic
 // check is an hour away), and each of those requests is served by the
-// next endpoint of warmpath's list: zero failures. (The streams a dying
+// next endpoint of warmpath's list: zero failures, each outcome credited
+// to the worker that served it (Envoy reports it). (The streams a dying
 // worker was serving are cut; TestRealEnvoyWorkerKilledMidRun covers them.)
 func TestRealEnvoyDeadWorkerLosesNoRequest(t *testing.T) {
 	t.Parallel()
@@ -167,22 +168,32 @@ func TestRealEnvoyDeadWorkerLosesNoRequest(t *testing.T) {
 	}
 
 	ws[2].kill()
-	var failed []string
-	rescued := 0
+	var failed, credited []string
 	for i := range 30 {
 		r := send(t, url, 2)
 		switch {
 		case r.status != 200:
 			failed = append(failed, fmt.Sprintf("request %d: status %d, chosen %q: %.200s", i, r.status, r.worker, r.body))
 		case r.worker == "w2":
-			rescued++ // chosen, dead, served by a fallback
+			credited = append(credited, fmt.Sprintf("request %d", i))
 		}
 	}
 	if len(failed) > 0 {
 		t.Errorf("%d of 30 requests failed after the kill, want 0:\n%s", len(failed), strings.Join(failed, "\n"))
 	}
+	// Envoy reports the endpoint that served (the route's
+	// x-warmpath-upstream into envoy.lb): each request that chose the dead
+	// worker moved to its fallback, and its x-warmpath-worker names the
+	// worker that served it, never the dead one.
+	rescued := int(wp.metric(t, "warmpath_served_endpoint_reports_total", `result="fallback"`))
 	if rescued == 0 {
 		t.Error("no request chose the dead worker: the test did not exercise the fallback")
+	}
+	if len(credited) > 0 {
+		t.Errorf("%d responses name the dead worker as the one that served them: %v", len(credited), credited)
+	}
+	if got := wp.metric(t, "warmpath_served_endpoint_reports_total", `result="absent"`); got != 0 {
+		t.Errorf("%v routed requests without a served-endpoint report", got)
 	}
 	t.Logf("%d requests chose the dead worker and were served by a fallback", rescued)
 }
