@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -189,6 +190,65 @@ type backendTLSPolicySpec struct {
 	} `yaml:"validation"`
 }
 
+// peerAuthenticationSpec and authorizationPolicySpec are the parts of
+// Istio's security objects the configuration uses.
+type peerAuthenticationSpec struct {
+	Selector struct {
+		MatchLabels map[string]string `yaml:"matchLabels"`
+	} `yaml:"selector"`
+	MTLS struct {
+		Mode string `yaml:"mode"`
+	} `yaml:"mtls"`
+}
+
+type authorizationPolicySpec struct {
+	Selector struct {
+		MatchLabels map[string]string `yaml:"matchLabels"`
+	} `yaml:"selector"`
+	Action string `yaml:"action"`
+	Rules  []struct {
+		From []struct {
+			Source struct {
+				Principals []string `yaml:"principals"`
+			} `yaml:"source"`
+		} `yaml:"from"`
+		To []struct {
+			Operation struct {
+				Ports []string `yaml:"ports"`
+			} `yaml:"operation"`
+		} `yaml:"to"`
+	} `yaml:"rules"`
+}
+
+// checkAuthorization checks that only the listed principals reach the
+// ext_proc port: every rule that admits 9002 names its sources.
+func checkAuthorization(s authorizationPolicySpec) error {
+	if s.Action != "ALLOW" || s.Selector.MatchLabels["app.kubernetes.io/name"] != "warmpath" {
+		return errors.New("want an ALLOW policy selecting warmpath's pods")
+	}
+	admitted := false
+	for _, r := range s.Rules {
+		for _, to := range r.To {
+			if !slices.Contains(to.Operation.Ports, "9002") {
+				continue
+			}
+			admitted = true
+			if len(r.From) == 0 {
+				return errors.New("a rule admits anyone to the ext_proc port 9002")
+			}
+			for _, f := range r.From {
+				if len(f.Source.Principals) == 0 {
+					return errors.New("a rule admits the ext_proc port 9002 without naming principals")
+				}
+			}
+		}
+	}
+	if !admitted {
+		return errors.New("no rule admits the gateway to the ext_proc port 9002")
+	}
+	return nil
+}
+
 // envoyProxySpec is the part of Envoy Gateway's EnvoyProxy the
 // configuration uses.
 type envoyProxySpec struct {
@@ -291,6 +351,16 @@ func TestKubernetesObjects(t *testing.T) {
 				if err = decodeStrict(&o.Spec, &s); err == nil {
 					err = checkEnvoyFilter(s, want)
 				}
+			case "security.istio.io/v1 PeerAuthentication":
+				var s peerAuthenticationSpec
+				if err = decodeStrict(&o.Spec, &s); err == nil && (s.MTLS.Mode != "STRICT" || s.Selector.MatchLabels["app.kubernetes.io/name"] != "warmpath") {
+					err = errors.New("warmpath's pods must require STRICT mutual TLS")
+				}
+			case "security.istio.io/v1 AuthorizationPolicy":
+				var s authorizationPolicySpec
+				if err = decodeStrict(&o.Spec, &s); err == nil {
+					err = checkAuthorization(s)
+				}
 			case "gateway.envoyproxy.io/v1alpha1 EnvoyExtensionPolicy":
 				var s extensionPolicySpec
 				if err = decodeStrict(&o.Spec, &s); err == nil {
@@ -346,7 +416,7 @@ func TestKubernetesObjects(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"EnvoyFilter", "EnvoyExtensionPolicy", "BackendTrafficPolicy", "BackendTLSPolicy", "EnvoyProxy", "HTTPRoute", "InferencePool"} {
+	for _, k := range []string{"EnvoyFilter", "PeerAuthentication", "AuthorizationPolicy", "EnvoyExtensionPolicy", "BackendTrafficPolicy", "BackendTLSPolicy", "EnvoyProxy", "HTTPRoute", "InferencePool"} {
 		if kinds[k] == 0 {
 			t.Errorf("no %s checked", k)
 		}
