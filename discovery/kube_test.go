@@ -17,7 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -86,22 +88,30 @@ func kw(name, addr string, mods ...func(*Worker)) Worker {
 	return w
 }
 
+// kubeEnv is a Kubernetes source running on clients: client-go's fakes
+// here, a real API server in kubeapi_test.go.
 type kubeEnv struct {
-	cs  *fake.Clientset
-	dyn *dynamicfake.FakeDynamicClient
+	cs  kubernetes.Interface
+	dyn dynamic.Interface
 	k   *Kubernetes
 	u   *Updates
 }
 
 func startKube(t *testing.T, cfg KubeConfig, pods []runtime.Object, pools ...runtime.Object) *kubeEnv {
 	t.Helper()
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{InferencePoolGVR: "InferencePoolList"}, pools...)
+	return runKube(t, cfg, fake.NewClientset(pods...), dyn)
+}
+
+// runKube runs a Kubernetes source on cs and dyn until the test ends.
+func runKube(t *testing.T, cfg KubeConfig, cs kubernetes.Interface, dyn dynamic.Interface) *kubeEnv {
+	t.Helper()
 	cfg.Namespace = testNS
 	if cfg.Defaults.Models == nil {
 		cfg.Defaults.Models = []string{"qwen3"}
 	}
-	e := &kubeEnv{cs: fake.NewClientset(pods...), u: NewUpdates()}
-	e.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{InferencePoolGVR: "InferencePoolList"}, pools...)
+	e := &kubeEnv{cs: cs, dyn: dyn, u: NewUpdates()}
 	k, err := NewKubernetes(e.cs, e.dyn, cfg, component.Options{})
 	if err != nil {
 		t.Fatal(err)
