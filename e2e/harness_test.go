@@ -69,10 +69,18 @@ func startWarmpath(t testing.TB, config string, flags ...string) *warmpathProc {
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return runWarmpath(t, []string{warmpathBin}, path, flags...)
+}
+
+// runWarmpath runs `serve` with command (the binary, or a command that
+// runs one, such as a chroot into an image) on the config file at path,
+// as command sees it; otherwise as startWarmpath.
+func runWarmpath(t testing.TB, command []string, path string, flags ...string) *warmpathProc {
+	t.Helper()
 	// No drain delay unless a test asks for one (flags come last and win):
 	// every test's warmpath stops at its end.
 	args := append([]string{"serve", "--config", path, "--extproc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--drain-delay", "0s"}, flags...)
-	cmd := exec.Command(warmpathBin, args...)
+	cmd := exec.Command(command[0], append(command[1:], args...)...)
 	log := &envoytest.SyncBuffer{}
 	cmd.Stderr = log
 	stdout, err := cmd.StdoutPipe()

@@ -246,7 +246,13 @@ func freePort(t *testing.T) int {
 // readyz returns the status code of warmpath's /readyz.
 func (p *warmpathProc) readyz(t *testing.T) int {
 	t.Helper()
-	resp, err := http.Get("http://" + p.Admin + "/readyz")
+	return p.adminStatus(t, "/readyz")
+}
+
+// adminStatus returns the status code of GET path on the admin port.
+func (p *warmpathProc) adminStatus(t *testing.T, path string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + p.Admin + path)
 	if err != nil {
 		t.Fatal(err)
 	}
