@@ -140,10 +140,11 @@ func TestRealEnvoyMutualTLSExtProc(t *testing.T) {
 
 // TestRealEnvoyDeadWorkerLosesNoRequest kills an idle worker behind
 // envoy/envoy-override-host.yaml with extproc.fallbacks: 2. Round-robin
-// keeps choosing it in turn until health checking notices (the periodic
-// check is an hour away), and each of those requests is served by the
+// would keep choosing it in turn until health checking notices (the
+// periodic check is an hour away); each request that chose it is served by the
 // next endpoint of warmpath's list: zero failures, each outcome credited
-// to the worker that served it (Envoy reports it). (The streams a dying
+// to the worker that served it (Envoy reports it), and the dead worker
+// ejected once the proxy has walked past it. (The streams a dying
 // worker was serving are cut; TestRealEnvoyWorkerKilledMidRun covers them.)
 func TestRealEnvoyDeadWorkerLosesNoRequest(t *testing.T) {
 	t.Parallel()
@@ -188,6 +189,13 @@ func TestRealEnvoyDeadWorkerLosesNoRequest(t *testing.T) {
 	rescued := int(wp.metric(t, "warmpath_served_endpoint_reports_total", `result="fallback"`))
 	if rescued == 0 {
 		t.Error("no request chose the dead worker: the test did not exercise the fallback")
+	}
+	// Each walk past the dead worker is a failure reported to health
+	// (extproc.ErrRetriedPast), which checks every worker at once and
+	// ejects the one that refuses connections: it is not chosen again
+	// (before, round-robin chose it every third request, 10 of 30).
+	if rescued > 2 {
+		t.Errorf("the dead worker was chosen %d times after it died; want it ejected after the first walk past it", rescued)
 	}
 	if len(credited) > 0 {
 		t.Errorf("%d responses name the dead worker as the one that served them: %v", len(credited), credited)

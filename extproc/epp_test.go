@@ -318,7 +318,8 @@ func TestFallbacksAndScores(t *testing.T) {
 
 // TestServedEndpoint: the served endpoint the proxy reports on the response
 // path decides whose outcome it is: a fallback's report moves the
-// assignment (in-flight gauge, picker, health), the chosen one's or none
+// assignment (in-flight gauge, picker, health) and reports the endpoints
+// the proxy walked past to health as failures, the chosen one's or none
 // changes nothing, an unknown one is counted and ignored; with the
 // conformance hooks the response echoes it.
 func TestServedEndpoint(t *testing.T) {
@@ -331,9 +332,11 @@ func TestServedEndpoint(t *testing.T) {
 		result   string
 		worker   string // whose outcome it is
 		reassign []string
+		walked   []string // endpoints the proxy walked past: the list is w1 (chosen), w3 (no prediction), w2
 	}{
-		{name: "fallback served", served: "10.0.0.3:8000", result: "fallback", worker: "w2", reassign: []string{"w2"}},
-		{name: "fallback served, echoed", served: "10.0.0.3:8000", hooks: true, result: "fallback", worker: "w2", reassign: []string{"w2"}},
+		{name: "fallback served", served: "10.0.0.3:8000", result: "fallback", worker: "w2", reassign: []string{"w2"}, walked: []string{"w1", "w3"}},
+		{name: "fallback served, echoed", served: "10.0.0.3:8000", hooks: true, result: "fallback", worker: "w2", reassign: []string{"w2"}, walked: []string{"w1", "w3"}},
+		{name: "first fallback served", served: "[fd00::4]:8000", result: "fallback", worker: "w3", reassign: []string{"w3"}, walked: []string{"w1"}},
 		{name: "chosen served", served: "10.0.0.2:8000", hooks: true, result: "chosen", worker: "w1"},
 		{name: "no report", result: "absent", worker: "w1"},
 		{name: "unknown endpoint", served: "192.0.2.7:80", result: "unknown", worker: "w1"},
@@ -372,7 +375,11 @@ func TestServedEndpoint(t *testing.T) {
 			}
 			health.mu.Lock()
 			defer health.mu.Unlock()
-			if want := []string{tt.worker + ":200"}; !slices.Equal(health.results, want) {
+			var want []string
+			for _, w := range tt.walked {
+				want = append(want, w+":0")
+			}
+			if want = append(want, tt.worker+":200"); !slices.Equal(health.results, want) {
 				t.Errorf("health reports %v, want %v", health.results, want)
 			}
 			if got := testutil.ToFloat64(h.srv.m.served.WithLabelValues(tt.result)); got != 1 {

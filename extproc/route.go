@@ -197,7 +197,11 @@ func sheds(d *scoring.Decision, limit time.Duration) bool {
 // the request. When it is another of the decision's candidates than the
 // chosen one (the proxy walked the fallback list), the assignment is moved
 // to that worker: its in-flight count, the picker's ledger (a Reassigner
-// picker) and, at the end, the outcome and the health report.
+// picker) and, at the end, the outcome and the health report. The
+// endpoints the proxy walked past before it (the chosen one, and earlier
+// fallbacks) failed to take the request: each is reported to health as a
+// failure (ErrRetriedPast), so a dead worker is ejected after a few such
+// requests rather than tried in turn until a periodic check finds it.
 func (s *Server) servedBy(ex *exchange, addr string) {
 	rt := &ex.route
 	if rt.dec == nil {
@@ -221,6 +225,16 @@ func (s *Server) servedBy(ex *exchange, addr string) {
 	}
 	s.m.served.WithLabelValues("fallback").Inc()
 	c := rt.dec.Candidates[i]
+	if s.health != nil {
+		for _, addr := range destinations(rt.dec, s.cfg.Fallbacks) {
+			if sameEndpoint(addr, c.Address) {
+				break
+			}
+			if j := slices.IndexFunc(rt.dec.Candidates, func(c scoring.Candidate) bool { return c.Address == addr }); j >= 0 {
+				s.health.ReportResult(rt.dec.Candidates[j].Worker, 0, ErrRetriedPast)
+			}
+		}
+	}
 	rt.attrMu.Lock()
 	defer rt.attrMu.Unlock()
 	if rt.ended.Load() || rt.attributed.Worker == c.Worker {

@@ -58,6 +58,11 @@ type Pool interface {
 	Models() []string
 }
 
+// ErrRetriedPast is what health hears of a worker the proxy walked past to
+// a later endpoint of the destination list: it did not take the request
+// (refused the connection or the stream, or reset it before the request).
+var ErrRetriedPast = errors.New("the proxy retried the request on a later endpoint of the destination list")
+
 // HealthReporter learns the status of each upstream response, so a worker
 // that fails can be ejected. err is reserved for transport failures.
 type HealthReporter interface {
