@@ -1,12 +1,15 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync/atomic"
 	"syscall"
@@ -209,6 +212,68 @@ func BenchmarkDecisionRealIndex(b *testing.B) {
 	}
 	b.Run("pick-followed", shared(false))
 	b.Run("pick-shared", shared(true))
+	// pick-followed-apart is pick-followed with the follower in a process
+	// of its own (this test binary, as TestDecisionBenchFollower), as
+	// another replica is: the process's CPU is the deciding replica's alone,
+	// the encoding and sending included, and nothing of the follower's runs
+	// beside the decisions.
+	b.Run("pick-followed-apart", func(b *testing.B) {
+		ix := newIndex()
+		here := startMesh(b, clock.Now)
+		router := newRouter(ix, scoring.Sources{Peers: here.mesh}, scoring.WithLedgerSink(here.mesh))
+		here.run(b, router, ix)
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestDecisionBenchFollower$")
+		cmd.Env = append(os.Environ(), followEnv+"="+here.addr)
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			stdin.Close() // the follower exits when its stdin ends
+			if err := cmd.Wait(); err != nil {
+				b.Errorf("follower: %v\n%s", err, out.String())
+			}
+		})
+		pick := picker(router)
+		for here.sentBytes(b) == 0 {
+			pick() // until the follower is connected
+			time.Sleep(time.Millisecond)
+		}
+		b.ReportAllocs()
+		cpu0 := processCPU(b)
+		sent0 := here.sentBytes(b)
+		for b.Loop() {
+			pick()
+		}
+		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric((here.sentBytes(b)-sent0)/float64(b.N), "peer-B/op")
+	})
+}
+
+// followEnv names the address TestDecisionBenchFollower follows.
+const followEnv = "WARMPATH_BENCH_FOLLOW"
+
+// TestDecisionBenchFollower is the follower process of
+// BenchmarkDecisionRealIndex/pick-followed-apart: it follows the mesh at
+// $WARMPATH_BENCH_FOLLOW, discarding what it receives, until its stdin
+// ends. Without that variable it has nothing to do.
+func TestDecisionBenchFollower(t *testing.T) {
+	addr := os.Getenv(followEnv)
+	if addr == "" {
+		t.Skip("the follower process of BenchmarkDecisionRealIndex/pick-followed-apart")
+	}
+	var got atomic.Int64
+	there := startMesh(t, time.Now, addr)
+	there.run(t, countingLedger{nil, &got}, nopSpeculator{})
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	if got.Load() == 0 {
+		t.Error("the follower received nothing")
+	}
 }
 
 // countingLedger counts the peer events it passes to r (nil: discards).
@@ -243,7 +308,7 @@ type benchMesh struct {
 }
 
 // startMesh serves a Mesh following static peers until the benchmark ends.
-func startMesh(b *testing.B, now func() time.Time, static ...string) *benchMesh {
+func startMesh(b testing.TB, now func() time.Time, static ...string) *benchMesh {
 	b.Helper()
 	tok := filepath.Join(b.TempDir(), "token")
 	if err := os.WriteFile(tok, []byte("a secret the benchmark's replicas share"), 0o600); err != nil {
@@ -270,7 +335,7 @@ func startMesh(b *testing.B, now func() time.Time, static ...string) *benchMesh 
 }
 
 // run runs the mesh into ledger and spec until the benchmark ends.
-func (bm *benchMesh) run(b *testing.B, ledger peers.Ledger, spec peers.Speculator) {
+func (bm *benchMesh) run(b testing.TB, ledger peers.Ledger, spec peers.Speculator) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
