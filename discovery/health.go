@@ -238,6 +238,16 @@ func (p *Pool) CheckNow(ctx context.Context) {
 			}
 			p.checks.WithLabelValues("pass").Inc()
 			if st.active.Swap(activePass) == activeFail {
+				// It was down (its health endpoint failed) and is back, a
+				// restarted engine say: the ejections its death earned,
+				// which doubled with each failed check, end now rather
+				// than keep a healthy worker out for up to MaxEjection.
+				// A worker ejected for failing requests while its health
+				// endpoint passed is not released here.
+				st.mu.Lock()
+				st.failures, st.ejections = 0, 0
+				st.ejectedUntil.Store(0)
+				st.mu.Unlock()
 				p.log.Info("discovery: worker passed its health check again", "worker", w.Name)
 			}
 		})

@@ -409,6 +409,49 @@ func TestActiveHealth(t *testing.T) {
 	}
 }
 
+// TestRestartedWorkerIsNotHeldEjected: a worker whose engine died fails
+// each active check and is ejected again for longer each time; once its
+// health endpoint passes again it is a candidate at once, not after the
+// longest ejection it earned (30 s by default; a black-box test saw a
+// restarted engine get nothing for 10 s after a 60 s outage).
+func TestRestartedWorkerIsNotHeldEjected(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // the engine is dead: connections are refused
+	p, clk, _ := newTestPool(t, HealthConfig{ActiveInterval: time.Hour, BaseEjection: time.Second, MaxEjection: 30 * time.Second})
+	p.Apply([]Worker{w("a", addr, "m")})
+	for range 6 { // a check every 5 s while it is dead
+		p.CheckNow(t.Context())
+		clk.Advance(5 * time.Second)
+	}
+	if ws, _ := p.Candidates("m"); len(ws) != 0 {
+		t.Fatalf("a dead worker is a candidate: %v", names(ws))
+	}
+	lis, err = net.Listen("tcp", addr) // restarted on the same port
+	if err != nil {
+		t.Skipf("the port was taken meanwhile: %v", err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(func() { srv.Close() })
+	p.CheckNow(t.Context())
+	if ws, _ := p.Candidates("m"); !slices.Equal(names(ws), []string{"a"}) {
+		t.Errorf("after its health check passed again: Candidates = %v, want [a]", names(ws))
+	}
+	// A worker ejected for failing requests while its health passes stays out.
+	for range 5 {
+		p.ReportResult("a", 503, nil)
+	}
+	p.CheckNow(t.Context())
+	if ws, _ := p.Candidates("m"); len(ws) != 0 {
+		t.Errorf("a worker ejected for 5xx answers was released by a passing check: %v", names(ws))
+	}
+}
+
 func TestPoolRunAndWatch(t *testing.T) {
 	t.Parallel()
 	src := chanSource{sets: make(chan []Worker)}
