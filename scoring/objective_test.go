@@ -141,3 +141,43 @@ func TestObjectiveConfig(t *testing.T) {
 		t.Errorf("unlisted model: %+v, want the default", got)
 	}
 }
+
+// TestE2EChargesOnlyDisplacedBlocks: copying a prefix another candidate
+// holds is charged for the blocks the copy overwrites, and a worker with
+// room that holds no prefix (a restarted, empty one) overwrites nothing:
+// a slightly faster decoder there wins when it has room, and loses to the
+// cache hit when its cache is full or its room unknown.
+func TestE2EChargesOnlyDisplacedBlocks(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	prefill := 50e-6 // seconds per token
+	for _, tt := range []struct {
+		name string
+		free float64 // blocks of the copying candidate holding no prefix
+		want int
+	}{
+		{name: "room for the whole copy", free: 1000, want: 1},
+		{name: "a full cache", free: 0, want: 0},
+		{name: "room unknown", free: -1, want: 0},
+		{name: "room for half the copy", free: 125, want: 1},
+		{name: "room for a fifth of the copy", free: 50, want: 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			v := &view{cfg: &cfg, blockSize: 16, reuse: 1, fewest: 0,
+				cands: []Candidate{
+					{Worker: "hit", PredictedTTFT: 20 * time.Millisecond, PredictedE2E: 1200 * time.Millisecond, CachedTokens: 4000},
+					{Worker: "copy", PredictedTTFT: 220 * time.Millisecond, PredictedE2E: 1050 * time.Millisecond},
+				},
+				uncached: []float64{0, 4000},
+				models:   []StepModel{{PrefillPerToken: prefill}, {PrefillPerToken: prefill}},
+				free:     []float64{0, tt.free},
+			}
+			score := make([]float64, 2)
+			i, why := chooseE2E(v, score)
+			if i != tt.want {
+				t.Errorf("picked %s (%s), scores %v; want %s", v.cands[i].Worker, why, score, v.cands[tt.want].Worker)
+			}
+		})
+	}
+}
