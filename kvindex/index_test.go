@@ -221,22 +221,8 @@ func TestSpeculate(t *testing.T) {
 	if st := statusOf(ix, Source{Worker: "a"}); st.Blocks != 3 {
 		t.Errorf("blocks indexed %d, want 3", st.Blocks)
 	}
-	// Held counts real entries only, over the worker's ranks.
-	ix.Apply(Source{Worker: "a", Rank: 1, Model: "m"}, []Event{storeEv(q, 0, 2, 902, "")})
-	if n, ok := ix.Held("a"); !ok || n != 5 {
-		t.Errorf("Held(a) = %d, %v; want 5 (3 on rank 0, 2 on rank 1), true", n, ok)
-	}
-	if _, ok := ix.Held("nobody"); ok {
-		t.Error("Held of an unknown worker reports ok")
-	}
-	if n, stale, known := ix.Holding("a"); n != 5 || stale || !known {
-		t.Errorf("Holding(a) = %d, %v, %v; want 5, not stale, known", n, stale, known)
-	}
-	if _, stale, known := ix.Holding("nobody"); stale || known {
-		t.Errorf("Holding(nobody): stale %v, known %v; want neither", stale, known)
-	}
-	if n := testutil.ToFloat64(ix.m.entries); n != 5 {
-		t.Errorf("entries gauge %v, want 5", n)
+	if n := testutil.ToFloat64(ix.m.entries); n != 3 {
+		t.Errorf("entries gauge %v, want 3", n)
 	}
 }
 

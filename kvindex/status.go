@@ -144,40 +144,6 @@ func (ix *Index) Batches(worker string) (n uint64, ok bool) {
 	return n, ok
 }
 
-// Held returns how many blocks the index holds for worker from its
-// engine's events (real entries, not speculation), summed over its ranks;
-// ok is false when no stream of worker is known.
-func (ix *Index) Held(worker string) (blocks int, ok bool) {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	for _, s := range ix.slots {
-		if s != nil && s.name.worker == worker {
-			blocks += s.status.Blocks
-			ok = true
-		}
-	}
-	return blocks, ok
-}
-
-// Holding is Held and Stale in one look at the index, as a decision asks
-// for every candidate: the blocks the index holds for worker, whether every
-// stream of it is stale, and whether any stream of it is known.
-func (ix *Index) Holding(worker string) (blocks int, stale, known bool) {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	now := ix.now()
-	stale = true
-	for _, s := range ix.slots {
-		if s == nil || s.name.worker != worker {
-			continue
-		}
-		known = true
-		blocks += s.status.Blocks
-		stale = stale && ix.staleLocked(s, now)
-	}
-	return blocks, known && stale, known
-}
-
 // BlockSizeSeen returns the block size worker's events carry (the largest
 // over its ranks), or 0 before any BlockStored. A value different from the
 // configured block size means lookups for that worker cannot match.

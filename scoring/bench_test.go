@@ -32,10 +32,9 @@ func (f *fixedIndex) AppendLookup(dst []kvindex.Match, _ kvindex.ChainKey, _ []u
 func (f *fixedIndex) AppendSpeculate(dst []uint64, _ string, _ kvindex.ChainKey, _ []uint32, _ int) []uint64 {
 	return dst
 }
+func (f *fixedIndex) Stale(string) bool { return false }
 
 func (f *fixedIndex) Batches(string) (uint64, bool) { return 0, false }
-
-func (f *fixedIndex) Holding(string) (int, bool, bool) { return 0, false, false }
 
 // BenchmarkDecision measures one full decision as the ext_proc layer makes
 // it: prefix lookup through a hashing index, load reconciliation and TTFT

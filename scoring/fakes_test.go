@@ -49,9 +49,7 @@ type fakeIndex struct {
 	// batches counts the event batches of each worker with a stream; a
 	// worker missing from it has none.
 	batches map[string]uint64
-	// held is the blocks held per worker (hold); missing: unknown.
-	held  map[string]int
-	specs []string // workers Speculate was called for, in order
+	specs   []string // workers Speculate was called for, in order
 	// last memoises the keys of the last Lookup, which Speculate for the
 	// same ids reuses, as an adapter over the real index can.
 	lastIDs  *uint32
@@ -186,13 +184,10 @@ func (f *fakeIndex) setKey(worker string, k uint64, on bool) {
 	f.blocks[k] = h
 }
 
-// Holding reports the blocks held for w (known when set) and the
-// staleness set for it.
-func (f *fakeIndex) Holding(w string) (int, bool, bool) {
+func (f *fakeIndex) Stale(w string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	n, known := f.held[w]
-	return n, f.stale[w], known
+	return f.stale[w]
 }
 
 func (f *fakeIndex) Batches(w string) (uint64, bool) {

@@ -47,8 +47,6 @@ type facts struct {
 	// a current measurement.
 	loads []discovery.EngineLoad
 	fresh []bool
-	// held is the blocks the index holds for each candidate, -1 unknown.
-	held []int
 	// matches is the index's answer and specKeys the block keys the
 	// decision's speculation entered, kept for their storage.
 	matches  []kvindex.Match
@@ -78,7 +76,7 @@ func (g *gatherer) gather(ctx context.Context, req *Request, ws Workers, d *Deci
 	}
 	f.key = kvindex.ChainKey{Model: req.Model, LoRA: req.LoRA, Salt: req.CacheSalt}
 	f.blockSize = g.cfg.blockSize(req.Model)
-	f.exact, f.chain, f.held = false, f.chain[:0], f.held[:0]
+	f.exact, f.chain = false, f.chain[:0]
 
 	var path, reason string
 	f.ids, path, reason = g.tokensOf(ctx, req, ws)
@@ -95,15 +93,9 @@ func (g *gatherer) gather(ctx context.Context, req *Request, ws Workers, d *Deci
 			}
 			f.matches = g.index.AppendLookup(f.matches[:0], f.key, f.ids, f.blockSize)
 			applyMatches(d, f.matches, f.blockSize)
-			f.held = grow(f.held, len(ws))
 			for i := range ws {
-				n, stale, known := g.index.Holding(ws[i].Name)
-				if stale {
+				if g.index.Stale(ws[i].Name) {
 					g.m.staleIndex.Inc()
-				}
-				f.held[i] = -1
-				if known {
-					f.held[i] = n
 				}
 			}
 		}

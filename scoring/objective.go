@@ -107,18 +107,11 @@ func (warmpathPolicy) choose(v *view, score []float64) (int, string) {
 // requests will compute again in the measure the workload comes back for
 // what caches hold (view.reuse). With no reuse (independent prompts) that
 // costs nothing; with much, a decode a little faster elsewhere no longer
-// outweighs the cache hit it gives up. Only the part of the copy that
-// does not fit in the worker's blocks holding no prefix (view.free)
-// overwrites anything: a worker with an empty cache, a restarted one say,
-// is not charged for evicting what it does not hold.
+// outweighs the cache hit it gives up.
 func chooseE2E(v *view, score []float64) (int, string) {
 	for i := range v.cands {
 		c := &v.cands[i]
-		copied := max(v.uncached[i]-v.fewest, 0)
-		if v.free[i] >= 0 && v.blockSize > 0 {
-			copied = max(copied-v.free[i]*float64(v.blockSize), 0)
-		}
-		evicts := v.reuse * v.models[i].PrefillPerToken * copied
+		evicts := v.reuse * v.models[i].PrefillPerToken * max(v.uncached[i]-v.fewest, 0)
 		score[i] = c.PredictedE2E.Seconds() + v.cfg.SlowdownWeight*(c.Slowdown.Seconds()+evicts)
 	}
 	return banded(v, score, "predicted cost", func(c *Candidate, _ float64) string {

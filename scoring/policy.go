@@ -39,9 +39,6 @@ type view struct {
 	// their best candidate (see predictor.reuse); fewest the fewest
 	// uncached tokens any candidate of this request has.
 	reuse, fewest float64
-	// free is, per candidate, the KV blocks that hold no cached prefix
-	// (capacity less what the index holds for it), -1 when unknown.
-	free []float64
 	// seq numbers committed decisions; it rotates tie-breaks.
 	seq uint64
 }

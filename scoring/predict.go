@@ -40,7 +40,7 @@ func (p *predictor) predict(r *Router, req *Request, d *Decision, ws Workers, f 
 	out := r.learn.output(req.Model).expect(req.MaxTokens, r.cfg.DefaultOutputTokens)
 	d.OutputTokens = int(math.Round(out))
 	*v = view{cfg: &r.cfg, cands: d.Candidates, loads: grow(v.loads, n), uncached: grow(v.uncached, n), work: grow(v.work, n),
-		kvWait: grow(v.kvWait, n), factor: grow(v.factor, n), models: grow(v.models, n), free: grow(v.free, n),
+		kvWait: grow(v.kvWait, n), factor: grow(v.factor, n), models: grow(v.models, n),
 		prompt: d.PromptTokens, out: out, slo: r.cfg.slo(req.Model, req.SLO), blockSize: f.blockSize, seq: r.seq}
 	p.ledgers, p.models = grow(p.ledgers, n), grow(p.models, n)
 	known, sum := 0, 0.0
@@ -84,10 +84,6 @@ func (p *predictor) predict(r *Router, req *Request, d *Decision, ws Workers, f 
 		capacity := f.loads[i].KVBlocks
 		if !f.fresh[i] || capacity <= 0 {
 			capacity = r.cfg.KVBlocks[c.Worker]
-		}
-		v.free[i] = -1
-		if capacity > 0 && i < len(f.held) && f.held[i] >= 0 {
-			v.free[i] = float64(max(capacity-f.held[i], 0))
 		}
 		need := int(math.Ceil((w.uncached() + typ.out) / float64(f.blockSize)))
 		v.kvWait[i] = p.ledgers[i].kvWait(now, capacity, need, l.kvUsage, f.blockSize, r.ledger.told, typ)

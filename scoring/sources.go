@@ -30,16 +30,14 @@ type TokenSource interface {
 // blocks, their cached prefix of ids in tokens. AppendSpeculate records that
 // worker was just assigned ids, so that requests decided before its KV
 // events arrive see those blocks as (soon) cached, as the engine itself
-// does, and appends the block keys it entered (for peers). Holding reports
-// the blocks the index holds for worker from its events, whether its view
-// of worker is known to be incomplete (stale), and whether it has a stream
-// of worker at all (known). Batches
+// does, and appends the block keys it entered (for peers). Stale reports
+// whether the index's view of worker is known to be incomplete. Batches
 // counts the event batches applied from worker, ok false when the index
 // has no stream of it.
 type PrefixIndex interface {
 	AppendLookup(dst []kvindex.Match, key kvindex.ChainKey, ids []uint32, blockSize int) []kvindex.Match
 	AppendSpeculate(dst []uint64, worker string, key kvindex.ChainKey, ids []uint32, blockSize int) []uint64
-	Holding(worker string) (blocks int, stale, known bool)
+	Stale(worker string) bool
 	Batches(worker string) (n uint64, ok bool)
 }
 
