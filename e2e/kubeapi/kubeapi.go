@@ -120,7 +120,7 @@ func Start(t testing.TB, root string) *Cluster {
 	if err := os.WriteFile(c.key, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c.token("admin", "system:masters")
+	c.Token("admin", "system:masters")
 	client, peer := freePort(t), freePort(t)
 	url := "http://127.0.0.1:" + strconv.Itoa(client)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(peer)
@@ -145,9 +145,10 @@ func Start(t testing.TB, root string) *Cluster {
 	return c
 }
 
-// token returns user's static token, adding it (in groups) to the token
-// file the API servers read at start.
-func (c *Cluster) token(user string, groups ...string) string {
+// Token registers user (in groups) in the token file the API servers read
+// at start, so for those started after this call, and returns its bearer
+// token (the same on a second call).
+func (c *Cluster) Token(user string, groups ...string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if tok, ok := c.tokens[user]; ok {
@@ -170,10 +171,6 @@ func (c *Cluster) token(user string, groups ...string) string {
 	}
 	return tok
 }
-
-// Token registers user (in groups) for the API servers started after this
-// call and returns its bearer token.
-func (c *Cluster) Token(user string, groups ...string) string { return c.token(user, groups...) }
 
 // APIServer is one kube-apiserver process.
 type APIServer struct {
@@ -224,7 +221,7 @@ func (s *APIServer) start() {
 		t.Fatal(err)
 	}
 	s.cmd = cmd
-	admin := s.c.token("admin", "system:masters")
+	admin := s.c.Token("admin", "system:masters")
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // the test server's certificate is self-signed
 	waitFor(t, "kube-apiserver ready", 90*time.Second, cmd, func() bool {
 		req, _ := http.NewRequest(http.MethodGet, s.URL+"/readyz", nil)

@@ -155,27 +155,14 @@ func BenchmarkDecisionRealIndex(b *testing.B) {
 		}
 		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 	})
-	b.Run("pick", func(b *testing.B) {
-		b.ReportAllocs()
-		cpu0 := processCPU(b)
-		for b.Loop() {
-			pick()
-		}
-		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
-	})
+	b.Run("pick", func(b *testing.B) { measurePicks(b, pick, nil) })
 	// pick-shared is pick on a replica whose ledger a second replica follows
 	// over loopback gRPC: the process's CPU counts the encoding, the
 	// transport and the follower applying every change to its own router
 	// and index. pick-alone is the same decisions on the same fresh index
 	// without a peer, the figure to compare it with.
 	b.Run("pick-alone", func(b *testing.B) {
-		pick := picker(newRouter(newIndex(), scoring.Sources{}))
-		b.ReportAllocs()
-		cpu0 := processCPU(b)
-		for b.Loop() {
-			pick()
-		}
-		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		measurePicks(b, picker(newRouter(newIndex(), scoring.Sources{})), nil)
 	})
 	// pick-followed is the same with a follower that only receives (its
 	// ledger and index discard): the decision's own cost of being shared,
@@ -200,14 +187,7 @@ func BenchmarkDecisionRealIndex(b *testing.B) {
 				pick() // until the follower is connected
 				time.Sleep(time.Millisecond)
 			}
-			b.ReportAllocs()
-			cpu0 := processCPU(b)
-			sent0 := here.sentBytes(b)
-			for b.Loop() {
-				pick()
-			}
-			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
-			b.ReportMetric((here.sentBytes(b)-sent0)/float64(b.N), "peer-B/op")
+			measurePicks(b, pick, here)
 		}
 	}
 	b.Run("pick-followed", shared(false))
@@ -244,15 +224,26 @@ func BenchmarkDecisionRealIndex(b *testing.B) {
 			pick() // until the follower is connected
 			time.Sleep(time.Millisecond)
 		}
-		b.ReportAllocs()
-		cpu0 := processCPU(b)
-		sent0 := here.sentBytes(b)
-		for b.Loop() {
-			pick()
-		}
-		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
-		b.ReportMetric((here.sentBytes(b)-sent0)/float64(b.N), "peer-B/op")
+		measurePicks(b, pick, here)
 	})
+}
+
+// measurePicks runs pick b.N times and reports the process's CPU per
+// decision and, with a mesh, the peer bytes it sent per decision.
+func measurePicks(b *testing.B, pick func(), mesh *benchMesh) {
+	b.ReportAllocs()
+	cpu0 := processCPU(b)
+	var sent0 float64
+	if mesh != nil {
+		sent0 = mesh.sentBytes(b)
+	}
+	for b.Loop() {
+		pick()
+	}
+	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+	if mesh != nil {
+		b.ReportMetric((mesh.sentBytes(b)-sent0)/float64(b.N), "peer-B/op")
+	}
 }
 
 // followEnv names the address TestDecisionBenchFollower follows.
