@@ -230,7 +230,7 @@ func (s *Server) servedBy(ex *exchange, addr string) {
 			if sameEndpoint(addr, c.Address) {
 				break
 			}
-			if j := slices.IndexFunc(rt.dec.Candidates, func(c scoring.Candidate) bool { return c.Address == addr }); j >= 0 {
+			if j := slices.IndexFunc(rt.dec.Candidates, func(cand scoring.Candidate) bool { return cand.Address == addr }); j >= 0 {
 				s.health.ReportResult(rt.dec.Candidates[j].Worker, 0, ErrRetriedPast)
 			}
 		}

@@ -135,14 +135,17 @@ func (c *calibrator) observeFrom(x [numParams]float64, y float64, cfg *Config, m
 	if k := math.Abs(e) / std; k > cfg.HuberK {
 		w = cfg.HuberK / k
 		outlier = true
-		// A disagreeing source's outliers say nothing of a regime.
-		if sign := math.Copysign(1, e); !inf.disagrees && c.run > 0 && sign == c.runSign {
-			c.run++
-		} else if !inf.disagrees {
-			c.run, c.runSign = 1, sign
-		}
-	} else if !inf.disagrees {
+	}
+	// A disagreeing source's outcomes say nothing of a regime: they
+	// neither extend nor break a run.
+	switch sign := math.Copysign(1, e); {
+	case inf.disagrees:
+	case !outlier:
 		c.run = 0
+	case c.run > 0 && sign == c.runSign:
+		c.run++
+	default:
+		c.run, c.runSign = 1, sign
 	}
 	if c.run >= resetRun && (mayReset == nil || mayReset(c.runSign)) {
 		c.run = 0
@@ -157,7 +160,10 @@ func (c *calibrator) observeFrom(x [numParams]float64, y float64, cfg *Config, m
 	c.scale += 0.05 * weight * (min(1.25*rel, 3*c.scale) - c.scale)
 	c.scale = max(c.scale, 0.01)
 
-	lambda := math.Pow(cfg.Forgetting, weight) // forgets less for less weight
+	lambda := cfg.Forgetting
+	if weight < 1 {
+		lambda = math.Pow(lambda, weight) // forgets less for less weight
+	}
 	wr := w * weight / r
 	for i := range c.a {
 		for j := range c.a[i] {
