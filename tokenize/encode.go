@@ -8,10 +8,11 @@ type encodeState struct {
 	bpe   bpeScratch
 	segs  []addedSegment
 	segs2 []addedSegment
-	// marks records pre-token boundaries when non-nil (see PrefixCache).
-	marks    *[]splitMark
-	base     int  // offset of the current text piece in the input
-	markable bool // whether the current piece's offsets are the input's
+	// marks records split points when non-nil (see PrefixCache).
+	marks    *markSink
+	input    string // the text Encode was given, which marks' offsets index
+	base     int    // offset of the current text piece in the input
+	markable bool   // whether the current piece's offsets are the input's
 }
 
 // splitMark is a position in the input text at which a pre-token starts,
@@ -21,6 +22,17 @@ type splitMark struct {
 	nids int
 }
 
+// markSink collects the split points a PrefixCache keeps: pre-token starts
+// that are safe splits (safeSplit), at least markSpacing bytes apart.
+// Filtering while encoding keeps one mark per hundred bytes or so instead
+// of one per word, which a 100K-token prompt would grow to a megabyte.
+type markSink struct {
+	marks []splitMark
+	last  int // offset of the last mark kept, or markSpacing before 0
+}
+
+func newMarkSink(last int) *markSink { return &markSink{last: last} }
+
 // Encode returns the token ids of text. With addSpecialTokens it adds the
 // post-processor's special tokens (for example Llama 3's BOS), as the Rust
 // library's encode(text, add_special_tokens=True) does. Added tokens in the
@@ -29,9 +41,9 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) []uint32 {
 	return t.encode(text, addSpecialTokens, nil, nil)
 }
 
-func (t *Tokenizer) encode(text string, addSpecialTokens bool, dst []uint32, marks *[]splitMark) []uint32 {
+func (t *Tokenizer) encode(text string, addSpecialTokens bool, dst []uint32, marks *markSink) []uint32 {
 	e := t.pool.Get().(*encodeState)
-	e.t, e.sc, e.marks = t, newClassScanner(), marks
+	e.t, e.sc, e.marks, e.input = t, newClassScanner(), marks, text
 	e.ids = dst[:0]
 	if dst == nil {
 		e.ids = make([]uint32, 0, len(text)/3+8)
@@ -44,7 +56,7 @@ func (t *Tokenizer) encode(text string, addSpecialTokens bool, dst []uint32, mar
 		e.ids = append(e.ids, t.suffixIDs...)
 	}
 	ids := e.ids
-	e.ids, e.marks, e.t = nil, nil, nil
+	e.ids, e.marks, e.t, e.input = nil, nil, nil, ""
 	t.pool.Put(e)
 	return ids
 }
@@ -105,7 +117,10 @@ func (e *encodeState) split(i int, whole, piece []byte) {
 	steps := e.t.steps
 	if i == len(steps) {
 		if e.marks != nil && e.markable {
-			*e.marks = append(*e.marks, splitMark{e.base + offsetIn(whole, piece), len(e.ids)})
+			if off := e.base + offsetIn(whole, piece); off-e.marks.last >= markSpacing && safeSplit(e.input, off) {
+				e.marks.marks = append(e.marks.marks, splitMark{off, len(e.ids)})
+				e.marks.last = off
+			}
 		}
 		e.ids = e.t.model.encodeWord(piece, e.ids, &e.bpe)
 		return

@@ -28,6 +28,10 @@ import (
 // whatever the texts share: a system prompt under thousands of different
 // conversations costs no more than one conversation.
 //
+// A text that contains a cached one (the next turn of its conversation)
+// takes that entry's place, so a conversation is one entry however many
+// turns it has had.
+//
 // A PrefixCache is safe for concurrent use. It holds at most about maxBytes
 // of texts, ids, split points and checkpoints, evicting the least recently
 // used entries.
@@ -39,8 +43,8 @@ type PrefixCache struct {
 
 	mu sync.Mutex
 	// byPrefix maps the hash of a text's first k·checkpointSpacing bytes to
-	// the entry that last stored a text with that prefix.
-	byPrefix map[uint64]*prefixEntry
+	// the slot of the entry that last stored a text with that prefix.
+	byPrefix map[uint64]*prefixSlot
 	lru      list.List // of *prefixEntry, most recent at the front
 	used     int
 	hits     uint64
@@ -53,9 +57,17 @@ type prefixEntry struct {
 	ids   []uint32    // without post-processor tokens
 	marks []splitMark // safe split points, ascending
 	cps   []uint64    // hashes of the prefixes at each checkpoint
+	slot  *prefixSlot
 	elem  *list.Element
 	size  int
 }
+
+// prefixSlot is where byPrefix's checkpoints lead: the entry holding them
+// now. A conversation's next turn contains its last one, so its entry
+// takes over the older entry's slot, and with it the checkpoints that led
+// there, instead of rewriting thousands of them per turn and keeping every
+// turn's copy of the conversation until it ages out.
+type prefixSlot struct{ e *prefixEntry }
 
 // checkpointSpacing is the distance in bytes between two indexed prefixes
 // of a cached text. Texts shorter than it are tokenized directly.
@@ -75,7 +87,7 @@ func NewPrefixCache(t *Tokenizer, maxBytes int) *PrefixCache {
 		maxBytes: maxBytes,
 		margin:   margin,
 		seed:     maphash.MakeSeed(),
-		byPrefix: make(map[uint64]*prefixEntry),
+		byPrefix: make(map[uint64]*prefixSlot),
 	}
 }
 
@@ -118,13 +130,15 @@ func (c *PrefixCache) Encode(text string, addSpecialTokens bool) []uint32 {
 		var tailMarks []splitMark
 		var tail []uint32
 		if t.splitSafe {
-			tail = t.encode(text[m.off:], false, nil, &tailMarks)
+			sink := newMarkSink(0) // m.off, the last mark kept, is the tail's start
+			tail = t.encode(text[m.off:], false, nil, sink)
+			tailMarks = sink.marks
 		} else {
 			tail, tailMarks = c.encodeSpaceCut(text[m.off:])
 		}
 		ids = make([]uint32, 0, m.nids+len(tail))
 		ids = append(append(ids, base.ids[:m.nids]...), tail...)
-		marks = append(make([]splitMark, 0, i+1+len(tailMarks)/4), base.marks[:i+1]...)
+		marks = append(make([]splitMark, 0, i+1+len(tailMarks)), base.marks[:i+1]...)
 		marks = c.keepSafe(text, marks, tailMarks, m.off, m.nids)
 		c.mu.Lock()
 		c.tailLen += uint64(len(text) - m.off)
@@ -132,9 +146,7 @@ func (c *PrefixCache) Encode(text string, addSpecialTokens bool) []uint32 {
 	default:
 		ids, marks = c.encodeFull(text)
 	}
-	if base == nil || len(base.text) != len(text) || shared != len(text) {
-		c.store(text, cps, ids, marks)
-	}
+	c.store(text, cps, ids, marks, base, shared)
 	out := make([]uint32, 0, len(t.prefixIDs)+len(ids)+len(t.suffixIDs))
 	if addSpecialTokens {
 		out = append(out, t.prefixIDs...)
@@ -167,9 +179,9 @@ func (c *PrefixCache) encodeFull(text string) ([]uint32, []splitMark) {
 	if !c.t.splitSafe {
 		return c.t.encode(text, false, nil, nil), nil
 	}
-	var all []splitMark
-	ids := c.t.encode(text, false, nil, &all)
-	return ids, c.keepSafe(text, nil, all, 0, 0)
+	sink := newMarkSink(-markSpacing)
+	ids := c.t.encode(text, false, nil, sink)
+	return ids, sink.marks
 }
 
 // keepSafe appends to dst the marks of src (relative to off, with nids ids
@@ -258,7 +270,7 @@ func (c *PrefixCache) lookup(text string, cps []uint64) (*prefixEntry, int) {
 	k := sort.Search(len(cps), func(k int) bool { return c.byPrefix[cps[k]] == nil })
 	var e *prefixEntry
 	if k > 0 {
-		e = c.byPrefix[cps[k-1]]
+		e = c.byPrefix[cps[k-1]].e
 	}
 	c.mu.Unlock()
 	shared := 0
@@ -292,7 +304,12 @@ func commonPrefix(a, b string) int {
 	return i
 }
 
-func (c *PrefixCache) store(text string, cps []uint64, ids []uint32, marks []splitMark) {
+// store caches text, whose ids were computed from base's sharing shared
+// bytes with it (base nil when none was).
+func (c *PrefixCache) store(text string, cps []uint64, ids []uint32, marks []splitMark, base *prefixEntry, shared int) {
+	if base != nil && len(text) <= len(base.text) && shared >= len(text)-c.margin {
+		return // base holds text but for its last bytes: a repeat, or an earlier turn again
+	}
 	size := len(text) + 4*len(ids) + 16*len(marks) + 48*len(cps) + 128
 	if size > c.maxBytes {
 		return
@@ -301,14 +318,34 @@ func (c *PrefixCache) store(text string, cps []uint64, ids []uint32, marks []spl
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if n := len(cps); n > 0 {
-		if old := c.byPrefix[cps[n-1]]; old != nil && old.text == text {
-			c.lru.MoveToFront(old.elem)
+		if old := c.byPrefix[cps[n-1]]; old != nil && old.e.text == text {
+			c.lru.MoveToFront(old.e.elem)
 			return
 		}
 	}
+	from := 0
+	if base != nil && base.slot.e == base && len(text) >= len(base.text) && shared >= len(base.text)-c.margin {
+		// text contains base up to the margin (the generation prompt a
+		// next turn rewrites): e takes base's place and its slot. The
+		// checkpoints up to the shared bytes are base's, and lead to the
+		// slot or to a newer entry with the same prefix.
+		// Base's checkpoints past the shared bytes (one at most) would
+		// lead a repeat of base to e, which does not have them.
+		c.lru.Remove(base.elem)
+		c.used -= base.size
+		e.slot, base.slot.e = base.slot, e
+		from = shared / checkpointSpacing
+		for _, h := range base.cps[min(from, len(base.cps)):] {
+			if c.byPrefix[h] == e.slot {
+				delete(c.byPrefix, h)
+			}
+		}
+	} else {
+		e.slot = &prefixSlot{e}
+	}
 	e.elem = c.lru.PushFront(e)
-	for _, h := range cps {
-		c.byPrefix[h] = e
+	for _, h := range cps[from:] {
+		c.byPrefix[h] = e.slot
 	}
 	c.used += size
 	for c.used > c.maxBytes {
@@ -322,7 +359,7 @@ func (c *PrefixCache) evict(e *prefixEntry) {
 	c.lru.Remove(e.elem)
 	c.used -= e.size
 	for _, h := range e.cps {
-		if c.byPrefix[h] == e {
+		if c.byPrefix[h] == e.slot {
 			delete(c.byPrefix, h)
 		}
 	}

@@ -221,3 +221,45 @@ func TestPrefixCacheSiblings(t *testing.T) {
 		})
 	}
 }
+
+// A conversation's turns each contain the last one, so the cache keeps
+// one entry for the whole conversation, not a copy per turn, and still
+// answers a repeat of any earlier turn from it.
+func TestPrefixCacheConversationIsOneEntry(t *testing.T) {
+	t.Parallel()
+	tk := loadGoldenTokenizer(t, "qwen3")
+	c := NewPrefixCache(tk, 64<<20)
+	check := func(what, text string) {
+		t.Helper()
+		if got, want := c.Encode(text, false), tk.Encode(text, false); !slices.Equal(got, want) {
+			t.Fatalf("%s (%d bytes): %s", what, len(text), diffIDs(tk, got, want))
+		}
+	}
+	// Each turn as a chat template renders it: the history, then the
+	// generation prompt, which the next turn replaces by the reply.
+	const gen = "<|im_start|>assistant\n"
+	turns := goldenConversation(t, 5, 40)
+	for i, p := range turns {
+		check(fmt.Sprintf("turn %d", i), p+gen)
+	}
+	last := turns[len(turns)-1] + gen
+	st := c.Stats()
+	if st.Entries != 1 || st.Bytes > 8*len(last) {
+		t.Errorf("after %d turns: %d entries, %d bytes; want 1 entry of about the last turn's %d bytes", len(turns), st.Entries, st.Bytes, len(last))
+	}
+	for _, i := range []int{len(turns) - 1, len(turns) - 2, len(turns) / 2, 3} {
+		before := c.Stats()
+		check(fmt.Sprintf("repeat of turn %d", i), turns[i]+gen)
+		if after := c.Stats(); after.Hits != before.Hits+1 || after.TailBytes-before.TailBytes > 1024 {
+			t.Errorf("repeat of turn %d: %+v then %+v; want a hit re-tokenizing a short tail", i, before, after)
+		}
+	}
+	// A branch from an earlier turn is a second entry; the conversation's
+	// own stays and keeps answering.
+	branch := turns[len(turns)/2] + "<|im_start|>user\n" + strings.Repeat("Another question entirely. ", 40) + "<|im_end|>\n" + gen
+	check("branch", branch)
+	check("next turn", turns[len(turns)-1]+"<|im_start|>assistant\nAn answer.<|im_end|>\n"+gen)
+	if st := c.Stats(); st.Entries != 2 {
+		t.Errorf("after a branch and a next turn: %d entries, want 2", st.Entries)
+	}
+}

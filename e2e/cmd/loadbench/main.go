@@ -75,6 +75,7 @@ type options struct {
 	out        string
 	pprof      bool
 	seed       uint64
+	long       int // requests per chat100k series
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -93,6 +94,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.out, "out", "", "directory for results.md and warmpath's logs (default: a temporary one)")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof with mutex and block profiling (costs CPU; for profiling, not for figures)")
 	fs.Uint64Var(&o.seed, "seed", 1, "workload seed")
+	fs.IntVar(&o.long, "long-requests", 20, "requests per chat100k series (more for a profile with enough samples)")
 	patterns := fs.String("patterns", "cold,reply,user", "chat100k growth patterns: cold, reply, user")
 	procs := fs.Int("driver-procs", 0, "GOMAXPROCS of the driver itself (0: the Go default); warmpath keeps its own")
 	if err := fs.Parse(args); err != nil {
@@ -397,7 +399,7 @@ type longRun struct {
 }
 
 func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *report) error {
-	const n = 20
+	n := o.long
 	resp := response{ttft: 5 * time.Millisecond, itl: time.Millisecond, tokens: 2}
 	for r := range max(1, o.runs/2+1) {
 		s, err := startStack(ctx, o.stackOptions(fmt.Sprintf("chat100k-%d", r), 1<<20))
@@ -452,7 +454,7 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 			}
 			var profiled sync.WaitGroup
 			if o.pprof {
-				profiled.Go(func() { saveCPUProfile(s, o.out, "chat100k-"+pattern, 4*time.Second) })
+				profiled.Go(func() { saveCPUProfile(s, o.out, "chat100k-"+pattern, time.Duration(n)*200*time.Millisecond) })
 			}
 			for i := range n {
 				if pattern == "cold" {
@@ -473,9 +475,9 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 			slices.Sort(lats)
 			lr := rep.long(pattern)
 			lr.tokens = tokens
-			lr.cpuPerReq = append(lr.cpuPerReq, total/n)
+			lr.cpuPerReq = append(lr.cpuPerReq, total/float64(n))
 			lr.client = append(lr.client, lats...)
-			fmt.Fprintf(os.Stderr, "chat100k %s run %d: %d tokens, CPU %.1f ms/request, client p50 %s\n", pattern, r, tokens, 1e3*total/n, pct(lats, 0.5))
+			fmt.Fprintf(os.Stderr, "chat100k %s run %d: %d tokens, CPU %.1f ms/request, client p50 %s\n", pattern, r, tokens, 1e3*total/float64(n), pct(lats, 0.5))
 		}
 		if o.pprof {
 			if err := saveProfiles(s, o.out, fmt.Sprintf("chat100k-%d", r)); err != nil {
