@@ -23,6 +23,13 @@
 //     assistant's reply and a user message; a user message only).
 //   - short: ~220-token chats at each of -short-rates, for the highest rate
 //     with client p99 ≤ 2 ms.
+//   - peers (not in the default list): chat8k at -rate on one replica
+//     alone and on one whose ledger a second replica shares (a second
+//     warmpath serve, to which nothing is routed), in -runs pairs: what
+//     sharing costs the routing replica per request, and the peer bytes.
+//
+// CPU is read from each thread's /proc schedstat (nanoseconds; the 10 ms
+// ticks of /proc/PID/stat are too coarse for one request).
 package main
 
 import (
@@ -75,13 +82,15 @@ type options struct {
 	out        string
 	pprof      bool
 	seed       uint64
-	long       int // requests per chat100k series
+	long       int    // requests per chat100k series
+	peerCfg    string // stackOptions.peerCfg of the peers scenario
+	env        []string
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("loadbench", flag.ContinueOnError)
 	var o options
-	scen := fs.String("scenarios", "chat8k,chat100k,short", "comma-separated: chat8k, chat100k, short")
+	scen := fs.String("scenarios", "chat8k,chat100k,short", "comma-separated: chat8k, chat100k, short, peers")
 	fs.IntVar(&o.runs, "runs", 5, "runs of each rate scenario (each with a fresh warmpath)")
 	fs.DurationVar(&o.duration, "duration", 30*time.Second, "measured time of a rate run")
 	fs.DurationVar(&o.warmup, "warmup", 5*time.Second, "unmeasured load before each rate run")
@@ -95,6 +104,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof with mutex and block profiling (costs CPU; for profiling, not for figures)")
 	fs.Uint64Var(&o.seed, "seed", 1, "workload seed")
 	fs.IntVar(&o.long, "long-requests", 20, "requests per chat100k series (more for a profile with enough samples)")
+	env := fs.String("warmpath-env", "", "comma-separated NAME=value added to warmpath's environment (GOGC=400)")
+	peerLinger := fs.Duration("peer-linger", 0, "peers scenario: both replicas' peers.linger (0: warmpath's default)")
 	patterns := fs.String("patterns", "cold,reply,user", "chat100k growth patterns: cold, reply, user")
 	procs := fs.Int("driver-procs", 0, "GOMAXPROCS of the driver itself (0: the Go default); warmpath keeps its own")
 	if err := fs.Parse(args); err != nil {
@@ -102,6 +113,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if *procs > 0 {
 		runtime.GOMAXPROCS(*procs)
+	}
+	if *env != "" {
+		o.env = strings.Split(*env, ",")
+	}
+	if *peerLinger > 0 {
+		o.peerCfg = fmt.Sprintf(", linger: %s", *peerLinger)
 	}
 	o.patterns = strings.Split(*patterns, ",")
 	o.scenarios = strings.Split(*scen, ",")
@@ -144,6 +161,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			err = chat100k(ctx, o, pipe, rep)
 		case "short":
 			err = short(ctx, o, pipe, rep)
+		case "peers":
+			err = peerPairs(ctx, o, pipe, rep)
 		default:
 			err = fmt.Errorf("unknown scenario %q", sc)
 		}
@@ -158,27 +177,29 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 func (o options) stackOptions(name string, capBlocks int) stackOptions {
 	return stackOptions{binary: o.binary, tokenizer: o.tokenizer, workers: o.workers, conns: o.conns, capBlocks: capBlocks,
-		pprof: o.pprof, logPath: filepath.Join(o.out, name+".log")}
+		pprof: o.pprof, logPath: filepath.Join(o.out, name+".log"), env: o.env}
 }
 
 // rateRun is one run at a fixed open-loop rate.
 type rateRun struct {
-	scenario       string
-	rate           float64
-	sent, failed   int
-	firstErr       string
-	client         []time.Duration // routing latency seen by the driver, sorted
-	firstP50       time.Duration   // client p50 over the first and last third of the run
-	lastP50        time.Duration
-	late           int     // requests still waiting for routing when the schedule ended
-	wpP50, wpP99   float64 // seconds, from warmpath's histogram
-	chunkP50       float64 // seconds warmpath spent on a response chunk, from its histogram
-	chunkP99       float64
-	cores          float64 // warmpath CPU seconds per second
-	cpuPerReq      float64 // warmpath CPU seconds per request
-	driverCores    float64
-	chunksPerSec   float64
-	achievedPerSec float64
+	scenario        string
+	rate            float64
+	sent, failed    int
+	firstErr        string
+	client          []time.Duration // routing latency seen by the driver, sorted
+	firstP50        time.Duration   // client p50 over the first and last third of the run
+	lastP50         time.Duration
+	late            int     // requests still waiting for routing when the schedule ended
+	wpP50, wpP99    float64 // seconds, from warmpath's histogram
+	chunkP50        float64 // seconds warmpath spent on a response chunk, from its histogram
+	chunkP99        float64
+	peerCores       float64 // the peer replica's CPU seconds per second (stack.peer)
+	peerBytesPerReq float64 // peer bytes the routing replica sent per request
+	cores           float64 // warmpath CPU seconds per second
+	cpuPerReq       float64 // warmpath CPU seconds per request
+	driverCores     float64
+	chunksPerSec    float64
+	achievedPerSec  float64
 }
 
 // grew says whether the queue ran away: requests left waiting at the end,
@@ -218,8 +239,12 @@ func runRate(ctx context.Context, s *stack, o options, name string, rate float64
 	t0 := time.Now()
 	var profiled sync.WaitGroup
 	if o.pprof {
-		profiled.Go(func() { saveCPUProfile(s, o.out, name, max(time.Second, o.duration-time.Second)) })
+		profiled.Go(func() { saveCPUProfile(s.admin, o.out, name, max(time.Second, o.duration-time.Second)) })
+		if s.peerAdmin != "" {
+			profiled.Go(func() { saveCPUProfile(s.peerAdmin, o.out, name+"-peer", max(time.Second, o.duration-time.Second)) })
+		}
 	}
+	peerCPU0, peerSent0 := s.peerCPU(), s.peerBytesSent()
 	res, err := schedule(ctx, s, rate, o.duration, draw, resp, o.seed)
 	profiled.Wait()
 	if err != nil {
@@ -227,6 +252,8 @@ func runRate(ctx context.Context, s *stack, o options, name string, rate float64
 	}
 	wall := time.Since(t0).Seconds()
 	cpu1, _ := s.cpu()
+	res.peerCores = (s.peerCPU() - peerCPU0) / wall
+	res.peerBytesPerReq = (s.peerBytesSent() - peerSent0) / float64(max(1, res.sent))
 	after, err := s.scrapeHistograms(hists...)
 	if err != nil {
 		return nil, err
@@ -338,12 +365,17 @@ func warmFamilies(s *stack, fw *familyWorkload, seed uint64) {
 	time.Sleep(time.Second) // the events reach the index
 }
 
-func chat8k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *report) error {
+// chat8kWorkload is the chat8k scenario's requests and their responses.
+func chat8kWorkload(ctx context.Context, o options, pipe *tokenize.Pipeline) (*familyWorkload, response, error) {
 	fw, err := newFamilyWorkload(ctx, pipe, o.seed, 64, promptWords(7000), 6, 2048, promptWords(1000), 16)
+	return fw, response{ttft: 40 * time.Millisecond, itl: 15 * time.Millisecond, tokens: 16}, err
+}
+
+func chat8k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *report) error {
+	fw, resp, err := chat8kWorkload(ctx, o, pipe)
 	if err != nil {
 		return err
 	}
-	resp := response{ttft: 40 * time.Millisecond, itl: 15 * time.Millisecond, tokens: 16}
 	for r := range o.runs {
 		s, err := startStack(ctx, o.stackOptions(fmt.Sprintf("chat8k-%d", r), 40000))
 		if err != nil {
@@ -360,6 +392,44 @@ func chat8k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *report
 		}
 		rep.rate = append(rep.rate, res)
 		fmt.Fprintf(os.Stderr, "chat8k run %d: %s\n", r, res.line())
+	}
+	return nil
+}
+
+// peerPairs runs chat8k at -rate on one replica alone and on one whose
+// ledger a second replica shares (stack.peer), in pairs of fresh stacks
+// whose order alternates: the decision's cost of being shared, at the
+// request, where the benchmarks of one decision leave out the body, the
+// tokenizer and the transport that the request pays anyway.
+func peerPairs(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *report) error {
+	fw, resp, err := chat8kWorkload(ctx, o, pipe)
+	if err != nil {
+		return err
+	}
+	for r := range o.runs {
+		var pair [2]*rateRun
+		for _, peer := range []bool{r%2 == 1, r%2 == 0} {
+			name := "chat8k-alone"
+			if peer {
+				name = "chat8k-peer"
+			}
+			so := o.stackOptions(fmt.Sprintf("peers-%d-%v", r, peer), 40000)
+			so.peer, so.peerCfg = peer, o.peerCfg
+			s, err := startStack(ctx, so)
+			if err != nil {
+				return err
+			}
+			warmFamilies(s, fw, o.seed+uint64(r))
+			res, err := runRate(ctx, s, o, name, o.rate, fw.next, resp)
+			s.close()
+			if err != nil {
+				return err
+			}
+			rep.rate = append(rep.rate, res)
+			pair[map[bool]int{false: 0, true: 1}[peer]] = res
+			fmt.Fprintf(os.Stderr, "%s run %d: %s; peer %.2f cores, %.0f B/request\n", name, r, res.line(), res.peerCores, res.peerBytesPerReq)
+		}
+		rep.pairs = append(rep.pairs, pair)
 	}
 	return nil
 }
@@ -454,7 +524,7 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 			}
 			var profiled sync.WaitGroup
 			if o.pprof {
-				profiled.Go(func() { saveCPUProfile(s, o.out, "chat100k-"+pattern, time.Duration(n)*200*time.Millisecond) })
+				profiled.Go(func() { saveCPUProfile(s.admin, o.out, "chat100k-"+pattern, time.Duration(n)*200*time.Millisecond) })
 			}
 			for i := range n {
 				if pattern == "cold" {
@@ -491,8 +561,8 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 }
 
 // saveCPUProfile writes warmpath's CPU profile over the next d.
-func saveCPUProfile(s *stack, dir, name string, d time.Duration) {
-	resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", s.admin, int(d.Seconds())))
+func saveCPUProfile(admin, dir, name string, d time.Duration) {
+	resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, int(d.Seconds())))
 	if err != nil {
 		return
 	}

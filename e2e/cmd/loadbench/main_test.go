@@ -28,16 +28,17 @@ func TestQuantile(t *testing.T) {
 	}
 }
 
-// TestSmoke runs every scenario briefly against a real warmpath process
-// with 4 fake engines: every request routed, no failure, the tables
-// written.
+// TestSmoke runs every scenario but chat100k briefly against a real
+// warmpath process with 4 fake engines (and, for peers, a second one
+// sharing its ledger): every request routed, no failure, the tables
+// written, peer bytes sent.
 func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs warmpath")
 	}
 	out := t.TempDir()
 	var stdout strings.Builder
-	err := run(t.Context(), []string{"-scenarios", "chat8k,short", "-runs", "1", "-duration", "2s", "-warmup", "0s",
+	err := run(t.Context(), []string{"-scenarios", "chat8k,short,peers", "-runs", "1", "-duration", "2s", "-warmup", "0s",
 		"-rate", "40", "-short-rates", "80", "-workers", "4",
 		"-tokenizer", filepath.Join("..", "..", "..", "tokenize", "testdata", "models", "qwen3"), "-out", out}, &stdout)
 	if err != nil {
@@ -47,16 +48,27 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| chat8k | 40 | 1 |", "| short | 80 | 1 |"} {
+	for _, want := range []string{"| chat8k | 40 | 1 |", "| short | 80 | 1 |", "| chat8k-alone | 40 | 1 |", "| chat8k-peer | 40 | 1 |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)
 		}
 	}
+	pairs := false
 	for _, line := range strings.Split(string(md), "\n") {
+		cells := strings.Split(line, "|")
 		if strings.HasPrefix(line, "| chat8k") || strings.HasPrefix(line, "| short") {
-			if cells := strings.Split(line, "|"); strings.TrimSpace(cells[len(cells)-2]) != "0" {
+			if strings.TrimSpace(cells[len(cells)-2]) != "0" {
 				t.Errorf("failed requests: %s", line)
 			}
 		}
+		if strings.HasPrefix(line, "| 1 |") && len(cells) == 10 {
+			pairs = true
+			if b := strings.TrimSpace(cells[7]); b == "0" || b == "–" {
+				t.Errorf("the routing replica sent no peer bytes: %s", line)
+			}
+		}
+	}
+	if !pairs {
+		t.Errorf("results.md lacks the peers table:\n%s", md)
 	}
 }

@@ -11,6 +11,7 @@ import (
 type report struct {
 	rate  []*rateRun
 	longs []*longRun
+	pairs [][2]*rateRun // the peers scenario: alone, with a peer
 }
 
 func (r *report) long(pattern string) *longRun {
@@ -98,6 +99,28 @@ func (r *report) markdown(o options) string {
 				break
 			}
 		}
+	}
+	if len(r.pairs) > 0 {
+		b.WriteString("\nA peer replica sharing the ledger, against the same replica alone (paired runs, the order alternating; ratio with a peer / alone, median (min–max) over pairs):\n\n")
+		b.WriteString("| pairs | CPU per request | warmpath p50 | warmpath p99 | client p50 | client p99 | peer bytes per request | the peer's cores |\n|---|---|---|---|---|---|---|---|\n")
+		ratio := func(f func(*rateRun) float64) []float64 {
+			var v []float64
+			for _, p := range r.pairs {
+				v = append(v, f(p[1])/f(p[0]))
+			}
+			return v
+		}
+		var bytes, cores []float64
+		for _, p := range r.pairs {
+			bytes, cores = append(bytes, p[1].peerBytesPerReq), append(cores, p[1].peerCores)
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s |\n", len(r.pairs),
+			cell(ratio(func(x *rateRun) float64 { return x.cpuPerReq }), "%.3f"),
+			cell(ratio(func(x *rateRun) float64 { return x.wpP50 }), "%.3f"),
+			cell(ratio(func(x *rateRun) float64 { return x.wpP99 }), "%.3f"),
+			cell(ratio(func(x *rateRun) float64 { return ms(pct(x.client, 0.5)) }), "%.3f"),
+			cell(ratio(func(x *rateRun) float64 { return ms(pct(x.client, 0.99)) }), "%.3f"),
+			cell(bytes, "%.0f"), cell(cores, "%.2f"))
 	}
 	if len(r.longs) > 0 {
 		b.WriteString("\n100K-token chats, one request at a time (warmpath's CPU per request less its idle background; client latency over all runs' requests):\n\n")

@@ -31,6 +31,13 @@ type stack struct {
 	conns   []*grpc.ClientConn
 	engines []*engine
 	byAddr  map[string]*engine
+
+	// peer, with stackOptions.peer, is a second replica sharing the
+	// first's ledger (each follows the other), subscribed to the same
+	// engines, to which the driver routes nothing: the first pays for
+	// sending its decisions, the second for applying them.
+	peer      *exec.Cmd
+	peerAdmin string
 }
 
 type stackOptions struct {
@@ -41,7 +48,10 @@ type stackOptions struct {
 	capBlocks int
 	pprof     bool
 	logPath   string
-	extra     string // appended to the configuration
+	extra     string   // appended to the configuration
+	peer      bool     // start a second replica sharing the ledger (stack.peer)
+	peerCfg   string   // more fields of both replicas' peers section ("linger: 5ms")
+	env       []string // added to warmpath's environment (GOGC=400)
 }
 
 func startStack(ctx context.Context, o stackOptions) (*stack, error) {
@@ -72,40 +82,30 @@ func startStack(ctx context.Context, o stackOptions) (*stack, error) {
 		s.close()
 		return nil, err
 	}
-	path := filepath.Join(dir, "warmpath.yaml")
-	if err := os.WriteFile(path, []byte(cfg.String()), 0o644); err != nil {
-		s.close()
-		return nil, err
-	}
-	logf, err := os.Create(o.logPath)
-	if err != nil {
-		s.close()
-		return nil, err
-	}
-	s.cmd = exec.CommandContext(ctx, o.binary, "serve", "--config", path, "--drain-delay", "0s")
-	s.cmd.Stderr = logf
-	out, err := s.cmd.StdoutPipe()
-	if err != nil {
-		s.close()
-		return nil, err
-	}
-	if err := s.cmd.Start(); err != nil {
-		s.close()
-		return nil, fmt.Errorf("start warmpath: %w", err)
-	}
-	ready := regexp.MustCompile(`warmpath ready extproc=(\S+) admin=(\S+)`)
-	sc := bufio.NewScanner(out)
-	var extproc string
-	for sc.Scan() {
-		if m := ready.FindStringSubmatch(sc.Text()); m != nil {
-			extproc, s.admin = m[1], "http://"+m[2]
-			break
+	base := cfg.String()
+	token := filepath.Join(dir, "peer-token")
+	if o.peer {
+		if err := os.WriteFile(token, []byte("loadbench-peer-token\n"), 0o600); err != nil {
+			s.close()
+			return nil, err
 		}
+		base += fmt.Sprintf("peers: {token_file: %q%s}\n", token, o.peerCfg)
 	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
-	if extproc == "" {
+	var extproc string
+	s.cmd, extproc, s.admin, err = startWarmpath(ctx, o.binary, filepath.Join(dir, "warmpath.yaml"), base, o.logPath, o.env)
+	if err != nil {
 		s.close()
-		return nil, fmt.Errorf("warmpath exited before it was ready (log: %s)", o.logPath)
+		return nil, err
+	}
+	if o.peer {
+		cfg := strings.Replace(base, fmt.Sprintf("peers: {token_file: %q%s}\n", token, o.peerCfg),
+			fmt.Sprintf("peers: {token_file: %q%s, static: [%q]}\n", token, o.peerCfg, extproc), 1)
+		s.peer, _, s.peerAdmin, err = startWarmpath(ctx, o.binary, filepath.Join(dir, "peer.yaml"), cfg,
+			strings.TrimSuffix(o.logPath, ".log")+"-peer.log", o.env)
+		if err != nil {
+			s.close()
+			return nil, err
+		}
 	}
 	for range o.conns {
 		c, err := grpc.NewClient(extproc, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -116,18 +116,116 @@ func startStack(ctx context.Context, o stackOptions) (*stack, error) {
 		}
 		s.conns = append(s.conns, c)
 	}
+	for _, admin := range []string{s.admin, s.peerAdmin} {
+		if admin == "" {
+			continue
+		}
+		if err := waitReady(admin); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
+	if o.peer {
+		// Each replica follows the other once the follower connected.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			a, _ := scrapeValue(s.admin, "warmpath_peer_followers")
+			b, _ := scrapeValue(s.peerAdmin, "warmpath_peer_followers")
+			if a >= 1 && b >= 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				s.close()
+				return nil, errors.New("the replicas do not follow each other after 30 s")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return s, nil
+}
+
+// startWarmpath writes cfg to path and starts warmpath serve on it with env
+// added to the driver's environment, returning once it says it is ready,
+// with its ext_proc address and admin URL.
+func startWarmpath(ctx context.Context, binary, path, cfg, logPath string, env []string) (*exec.Cmd, string, string, error) {
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		return nil, "", "", err
+	}
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, "", "", err
+	}
+	cmd := exec.CommandContext(ctx, binary, "serve", "--config", path, "--drain-delay", "0s")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, "", "", fmt.Errorf("start warmpath: %w", err)
+	}
+	ready := regexp.MustCompile(`warmpath ready extproc=(\S+) admin=(\S+)`)
+	sc := bufio.NewScanner(out)
+	var extproc, admin string
+	for sc.Scan() {
+		if m := ready.FindStringSubmatch(sc.Text()); m != nil {
+			extproc, admin = m[1], "http://"+m[2]
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	if extproc == "" {
+		_ = cmd.Wait()
+		return nil, "", "", fmt.Errorf("warmpath exited before it was ready (log: %s)", logPath)
+	}
+	return cmd, extproc, admin, nil
+}
+
+// peerBytesSent returns the peer bytes the routing replica has sent (0
+// without a peer).
+func (s *stack) peerBytesSent() float64 {
+	if s.peer == nil {
+		return 0
+	}
+	v, _ := scrapeValue(s.admin, `warmpath_peer_bytes_total{direction="sent"}`)
+	return v
+}
+
+// scrapeValue returns the value of one series on admin's /metrics, named
+// as the exposition writes it (name{labels}).
+func scrapeValue(admin, series string) (float64, error) {
+	resp, err := http.Get(admin + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no %s on %s/metrics", series, admin)
+}
+
+// waitReady waits until admin's /readyz answers 200.
+func waitReady(admin string) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		resp, err := http.Get(s.admin + "/readyz")
+		resp, err := http.Get(admin + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return s, nil
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {
-			s.close()
-			return nil, errors.New("warmpath not ready after 60 s")
+			return errors.New("warmpath not ready after 60 s")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -137,14 +235,17 @@ func (s *stack) close() {
 	for _, c := range s.conns {
 		c.Close()
 	}
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	for _, cmd := range []*exec.Cmd{s.peer, s.cmd} {
+		if cmd == nil || cmd.Process == nil {
+			continue
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
-		go func() { _ = s.cmd.Wait(); close(done) }()
+		go func() { _ = cmd.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
-			_ = s.cmd.Process.Kill()
+			_ = cmd.Process.Kill()
 			<-done
 		}
 	}
@@ -154,11 +255,23 @@ func (s *stack) close() {
 }
 
 // cpu returns the CPU seconds (user and system) warmpath has used.
-func (s *stack) cpu() (float64, error) {
-	if ns, ok := schedCPU(s.cmd.Process.Pid); ok {
+func (s *stack) cpu() (float64, error) { return processCPU(s.cmd.Process.Pid) }
+
+// peerCPU returns the CPU seconds the peer replica has used (0 without).
+func (s *stack) peerCPU() float64 {
+	if s.peer == nil {
+		return 0
+	}
+	c, _ := processCPU(s.peer.Process.Pid)
+	return c
+}
+
+// processCPU returns the CPU seconds (user and system) pid has used.
+func processCPU(pid int) (float64, error) {
+	if ns, ok := schedCPU(pid); ok {
 		return ns / 1e9, nil
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}
