@@ -1,10 +1,12 @@
 package jinja
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"math/big"
+	"math/bits"
 	"strconv"
 	"strings"
 	"unicode"
@@ -252,6 +254,10 @@ func (p *jsonParser) str() (string, error) {
 	p.i++ // opening quote
 	start := p.i
 	for p.i < len(p.s) {
+		p.i = plainEnd(p.s, p.i)
+		if p.i == len(p.s) {
+			break
+		}
 		c := p.s[p.i]
 		if c == '"' {
 			s := string(p.s[start:p.i])
@@ -282,10 +288,7 @@ func (p *jsonParser) str() (string, error) {
 		c := p.s[p.i]
 		if c != '"' && c != '\\' && c >= 0x20 {
 			// A run of plain bytes goes in at once.
-			j := p.i + 1
-			for j < len(p.s) && p.s[j] != '"' && p.s[j] != '\\' && p.s[j] >= 0x20 {
-				j++
-			}
+			j := plainEnd(p.s, p.i+1)
 			b.Write(p.s[p.i:j])
 			p.i = j
 			continue
@@ -348,6 +351,34 @@ func (p *jsonParser) str() (string, error) {
 		}
 	}
 	return "", p.errf("unterminated string")
+}
+
+// plainEnd returns the index of the first byte of s at or after i that
+// ends a run of plain string bytes (a quote, a backslash or a control
+// character), or len(s). It tests eight bytes at a time: conversation
+// bodies are mostly long runs of plain text. In each word the lowest byte
+// flagged by the zero-byte and less-than tests is exact (a borrow only
+// runs upwards), which is all that is read.
+func plainEnd(s []byte, i int) int {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	for ; i+8 <= len(s); i += 8 {
+		x := binary.LittleEndian.Uint64(s[i:])
+		q := x ^ ('"' * ones)
+		bs := x ^ ('\\' * ones)
+		m := ((q - ones) &^ q) | ((bs - ones) &^ bs) | ((x - 0x20*ones) &^ x)
+		if m &= highs; m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for ; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' || c < 0x20 {
+			return i
+		}
+	}
+	return i
 }
 
 func (p *jsonParser) hex4() (rune, bool) {
