@@ -253,8 +253,13 @@ func (p *jsonParser) num() (Value, error) {
 func (p *jsonParser) str() (string, error) {
 	p.i++ // opening quote
 	start := p.i
+	// Escapes decode to valid UTF-8; only raw bytes past ASCII need the
+	// check.
+	nonASCII := false
 	for p.i < len(p.s) {
-		p.i = plainEnd(p.s, p.i)
+		var high bool
+		p.i, high = plainEnd(p.s, p.i)
+		nonASCII = nonASCII || high
 		if p.i == len(p.s) {
 			break
 		}
@@ -262,7 +267,7 @@ func (p *jsonParser) str() (string, error) {
 		if c == '"' {
 			s := string(p.s[start:p.i])
 			p.i++
-			if !utf8.ValidString(s) {
+			if nonASCII && !utf8.ValidString(s) {
 				s = strings.ToValidUTF8(s, "\uFFFD")
 			}
 			return s, nil
@@ -276,7 +281,11 @@ func (p *jsonParser) str() (string, error) {
 	// The decoded string is no longer than its source up to the closing
 	// quote: grow once, not byte by byte.
 	end := p.i
-	for end < len(p.s) && p.s[end] != '"' {
+	for end < len(p.s) {
+		end, _ = plainEnd(p.s, end)
+		if end == len(p.s) || p.s[end] == '"' {
+			break
+		}
 		if p.s[end] == '\\' {
 			end++
 		}
@@ -288,7 +297,8 @@ func (p *jsonParser) str() (string, error) {
 		c := p.s[p.i]
 		if c != '"' && c != '\\' && c >= 0x20 {
 			// A run of plain bytes goes in at once.
-			j := plainEnd(p.s, p.i+1)
+			j, high := plainEnd(p.s, p.i+1)
+			nonASCII = nonASCII || high || c >= 0x80
 			b.Write(p.s[p.i:j])
 			p.i = j
 			continue
@@ -297,7 +307,7 @@ func (p *jsonParser) str() (string, error) {
 		case c == '"':
 			p.i++
 			s := b.String()
-			if !utf8.ValidString(s) {
+			if nonASCII && !utf8.ValidString(s) {
 				s = strings.ToValidUTF8(s, "\uFFFD")
 			}
 			return s, nil
@@ -355,30 +365,37 @@ func (p *jsonParser) str() (string, error) {
 
 // plainEnd returns the index of the first byte of s at or after i that
 // ends a run of plain string bytes (a quote, a backslash or a control
-// character), or len(s). It tests eight bytes at a time: conversation
-// bodies are mostly long runs of plain text. In each word the lowest byte
-// flagged by the zero-byte and less-than tests is exact (a borrow only
-// runs upwards), which is all that is read.
-func plainEnd(s []byte, i int) int {
+// character), or len(s), and whether a byte of the run is past ASCII (only
+// then can it be invalid UTF-8). It tests eight bytes at a time:
+// conversation bodies are mostly long runs of plain text. In each word the
+// lowest byte flagged by the zero-byte and less-than tests is exact (a
+// borrow only runs upwards), which is all that is read.
+func plainEnd(s []byte, i int) (int, bool) {
 	const (
 		ones  = 0x0101010101010101
 		highs = 0x8080808080808080
 	)
+	var seen uint64
 	for ; i+8 <= len(s); i += 8 {
 		x := binary.LittleEndian.Uint64(s[i:])
 		q := x ^ ('"' * ones)
 		bs := x ^ ('\\' * ones)
 		m := ((q - ones) &^ q) | ((bs - ones) &^ bs) | ((x - 0x20*ones) &^ x)
 		if m &= highs; m != 0 {
-			return i + bits.TrailingZeros64(m)/8
+			n := bits.TrailingZeros64(m) / 8
+			return i + n, (seen|x&(1<<(8*n)-1))&highs != 0
 		}
+		seen |= x
 	}
+	high := seen&highs != 0
 	for ; i < len(s); i++ {
-		if c := s[i]; c == '"' || c == '\\' || c < 0x20 {
-			return i
+		c := s[i]
+		if c == '"' || c == '\\' || c < 0x20 {
+			return i, high
 		}
+		high = high || c >= 0x80
 	}
-	return i
+	return i, high
 }
 
 func (p *jsonParser) hex4() (rune, bool) {

@@ -6,13 +6,16 @@ import (
 )
 
 // plainEndModel is plainEnd a byte at a time.
-func plainEndModel(s []byte, i int) int {
+func plainEndModel(s []byte, i int) (int, bool) {
+	high := false
 	for ; i < len(s); i++ {
-		if c := s[i]; c == '"' || c == '\\' || c < 0x20 {
-			return i
+		c := s[i]
+		if c == '"' || c == '\\' || c < 0x20 {
+			return i, high
 		}
+		high = high || c >= 0x80
 	}
-	return i
+	return i, high
 }
 
 // TestPlainEnd checks the eight-bytes-at-a-time scan against the model on
@@ -33,8 +36,10 @@ func TestPlainEnd(t *testing.T) {
 			}
 		}
 		for i := range len(s) + 1 {
-			if got, want := plainEnd(s, i), plainEndModel(s, i); got != want {
-				t.Fatalf("case %d: plainEnd(%q, %d) = %d, want %d", n, s, i, got, want)
+			got, gotHigh := plainEnd(s, i)
+			want, wantHigh := plainEndModel(s, i)
+			if got != want || gotHigh != wantHigh {
+				t.Fatalf("case %d: plainEnd(%q, %d) = %d, %v; want %d, %v", n, s, i, got, gotHigh, want, wantHigh)
 			}
 		}
 	}
