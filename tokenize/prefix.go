@@ -363,4 +363,7 @@ func (c *PrefixCache) evict(e *prefixEntry) {
 			delete(c.byPrefix, h)
 		}
 	}
+	if e.slot.e == e {
+		e.slot.e = nil // a request holding e as its base must not replace it
+	}
 }

@@ -263,3 +263,37 @@ func TestPrefixCacheConversationIsOneEntry(t *testing.T) {
 		t.Errorf("after a branch and a next turn: %d entries, want 2", st.Entries)
 	}
 }
+
+// An entry evicted between a request's lookup and its store is not
+// replaced a second time: the cache's byte count stays the sum of the
+// entries it holds.
+func TestPrefixCacheBaseEvictedBeforeStore(t *testing.T) {
+	t.Parallel()
+	tk := loadGoldenTokenizer(t, "qwen3")
+	turns := goldenConversation(t, 3, 12)
+	first, next := turns[len(turns)-2], turns[len(turns)-1]
+	c := NewPrefixCache(tk, 64<<20)
+	c.Encode(first, false)
+	cps := c.checkpoints(next)
+	base, shared := c.lookup(next, cps)
+	if base == nil {
+		t.Fatal("the next turn found no base")
+	}
+	c.mu.Lock()
+	c.evict(base) // as another request's store would
+	c.mu.Unlock()
+	c.store(next, cps, tk.Encode(next, false), nil, base, shared)
+	st := c.Stats()
+	c.mu.Lock()
+	held := 0
+	for el := c.lru.Front(); el != nil; el = el.Next() {
+		held += el.Value.(*prefixEntry).size
+	}
+	c.mu.Unlock()
+	if st.Entries != 1 || st.Bytes != held {
+		t.Errorf("%d entries, %d bytes counted, %d held; want 1 entry counted as held", st.Entries, st.Bytes, held)
+	}
+	if got, want := c.Encode(next, false), tk.Encode(next, false); !slices.Equal(got, want) {
+		t.Fatalf("after the store: %s", diffIDs(tk, got, want))
+	}
+}
