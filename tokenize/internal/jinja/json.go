@@ -255,27 +255,15 @@ func (p *jsonParser) str() (string, error) {
 	start := p.i
 	// Escapes decode to valid UTF-8; only raw bytes past ASCII need the
 	// check.
-	nonASCII := false
-	for p.i < len(p.s) {
-		var high bool
-		p.i, high = plainEnd(p.s, p.i)
-		nonASCII = nonASCII || high
-		if p.i == len(p.s) {
-			break
-		}
-		c := p.s[p.i]
-		if c == '"' {
-			s := string(p.s[start:p.i])
-			p.i++
-			if nonASCII && !utf8.ValidString(s) {
-				s = strings.ToValidUTF8(s, "\uFFFD")
-			}
-			return s, nil
-		}
-		if c == '\\' || c < 0x20 {
-			break
-		}
+	var nonASCII bool
+	p.i, nonASCII = plainEnd(p.s, p.i)
+	if p.i < len(p.s) && p.s[p.i] == '"' { // no escape: the common case
+		s := string(p.s[start:p.i])
 		p.i++
+		if nonASCII && !utf8.ValidString(s) {
+			s = strings.ToValidUTF8(s, "\uFFFD")
+		}
+		return s, nil
 	}
 	var b strings.Builder
 	// The decoded string is no longer than its source up to the closing
