@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,7 +28,8 @@ func replicaConfig(tokenFile string, static []string, ws ...*simWorker) string {
 // is killed with SIGKILL while streams are open on both: only streams it
 // served may fail, every request after the kill succeeds through the
 // other, and the survivor drops the dead replica's assignments within
-// expire_after.
+// expire_after. Before the kill, what each replica's streamed outcomes
+// taught its calibration reaches the other's.
 func TestRealEnvoyReplicaKilledMidRun(t *testing.T) {
 	t.Parallel()
 	ws := []*simWorker{startSim(t, "w0", false), startSim(t, "w1", false), startSim(t, "w2", false)}
@@ -51,6 +53,12 @@ func TestRealEnvoyReplicaKilledMidRun(t *testing.T) {
 	})
 	waitFor(t, "each replica follows the other", func() bool {
 		return a.metric(t, "warmpath_peers", `state="connected"`) == 1 && b.metric(t, "warmpath_peers", `state="connected"`) == 1
+	})
+	waitFor(t, "each replica fits the other's lessons", func() bool {
+		resp := post(t, t.Context(), url+"/v1/completions", completion(8, true))
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return a.metric(t, "warmpath_scoring_peer_lessons_total") > 0 && b.metric(t, "warmpath_scoring_peer_lessons_total") > 0
 	})
 
 	ctx, cancel := context.WithCancel(context.Background())

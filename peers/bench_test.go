@@ -38,12 +38,16 @@ func BenchmarkShare(b *testing.B) {
 			now := time.Now()
 			sa := scoring.SharedAssignment{Worker: "w3", Decided: now, Start: now, First: now.Add(time.Second),
 				Prompt: 8192, Uncached: 1024, Blocks: 512, OwnBlocks: 80, Stream: true, SpecKeys: make([]uint64, 64)}
+			// What a streamed response of 128 tokens teaches: both fits.
+			lesson := scoring.Lesson{Source: "addr:10.0.0.7", Ratio: 1.1,
+				TTFT:   scoring.Fit{OK: true, X: [5]float64{3, 1024, 12, 9e6, 1}, Y: 0.4, Seen: 0.44},
+				Decode: scoring.Fit{OK: true, X: [5]float64{127, 2048, 1016, 8e8, 0}, Y: 3.2, Seen: 3.2}}
 			id := uint64(0)
 			share := func() {
 				id++
 				sa.ID = id
 				a.mesh.Reserved(sa)
-				a.mesh.Ended(id)
+				a.mesh.Ended(id, lesson)
 			}
 			eventually(b, "the follower connected", func() bool {
 				share()

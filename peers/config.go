@@ -44,12 +44,17 @@ type Config struct {
 	// long: what a replica that died had in flight stops loading the
 	// workers. Default 5s.
 	ExpireAfter time.Duration `yaml:"expire_after"`
+	// Lessons shares what each outcome taught this replica's calibration
+	// with its followers, and fits theirs (scoring.Lesson): behind N
+	// replicas each sees 1/N of the outcomes, and without the others'
+	// its models learn each worker N times slower. Default true.
+	Lessons bool `yaml:"lessons"`
 }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{DNSInterval: 5 * time.Second, Heartbeat: 200 * time.Millisecond, Linger: time.Millisecond,
-		StaleAfter: time.Second, ExpireAfter: 5 * time.Second}
+		StaleAfter: time.Second, ExpireAfter: 5 * time.Second, Lessons: true}
 }
 
 // Enabled reports whether ledger sharing is on.

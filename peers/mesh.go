@@ -200,13 +200,18 @@ func (m *Mesh) FirstToken(id uint64, at time.Time) {
 	m.kick()
 }
 
-// Ended records that an assignment of this replica ended.
-func (m *Mesh) Ended(id uint64) {
+// Ended records that an assignment of this replica ended, and sends what
+// its outcome taught unless Config.Lessons is off.
+func (m *Mesh) Ended(id uint64, l scoring.Lesson) {
 	m.mu.Lock()
 	if _, ok := m.live[id]; ok {
 		delete(m.live, id)
 		if len(m.subs) > 0 {
-			m.enc.ended(id)
+			var lp *scoring.Lesson
+			if m.cfg.Lessons {
+				lp = &l
+			}
+			m.enc.ended(id, lp)
 		}
 	}
 	m.mu.Unlock()

@@ -26,6 +26,8 @@ type fakeLedger struct {
 	live  map[string]map[uint64]scoring.SharedAssignment
 	drops int
 	ended uint64
+	// lessons are the lessons of ended assignments, in order.
+	lessons []scoring.Lesson
 }
 
 func newFakeLedger() *fakeLedger {
@@ -52,6 +54,9 @@ func (f *fakeLedger) ApplyPeer(peer string, evs []scoring.PeerEvent) {
 		case scoring.PeerEnded:
 			delete(m, ev.ID)
 			f.ended = max(f.ended, ev.ID)
+			if ev.Lesson.TTFT.OK || ev.Lesson.Decode.OK {
+				f.lessons = append(f.lessons, ev.Lesson)
+			}
 		}
 	}
 }
@@ -173,8 +178,8 @@ func eventually(t testing.TB, what string, cond func() bool) {
 
 // TestTwoReplicasShareBothWays: b knows a's address only; a learns b's from
 // b's follow and follows back. Each one's reservations, first tokens and
-// ends reach the other; a snapshot brings what was in flight before the
-// stream opened; speculated keys reach the other's index.
+// ends (with their lessons) reach the other; a snapshot brings what was in
+// flight before the stream opened; speculated keys reach the other's index.
 func TestTwoReplicasShareBothWays(t *testing.T) {
 	t.Parallel()
 	tok := tokenFile(t, "a shared secret of some length")
@@ -195,8 +200,17 @@ func TestTwoReplicasShareBothWays(t *testing.T) {
 	if !slices.Equal(keys, []uint64{7, 8}) {
 		t.Fatalf("b's index got keys %v for w1, want [7 8]", keys)
 	}
-	a.mesh.Ended(1)
+	lesson := scoring.Lesson{Source: "addr:10.0.0.7", Ratio: 1.25,
+		TTFT:   scoring.Fit{OK: true, X: [5]float64{3, 4096, 12, 9e6, 1}, Y: 0.5, Seen: 0.625},
+		Decode: scoring.Fit{OK: true, X: [5]float64{63, 2048, 504, 4e6, 0}, Y: 1.5, Seen: 1.5}}
+	a.mesh.Ended(1, lesson)
 	eventually(t, "a's end reaches b", func() bool { return len(b.ledger.held(a.mesh.ID())) == 1 })
+	b.ledger.mu.Lock()
+	got := slices.Clone(b.ledger.lessons)
+	b.ledger.mu.Unlock()
+	if len(got) != 1 || got[0] != lesson {
+		t.Fatalf("b got lessons %+v, want [%+v]", got, lesson)
+	}
 	b.mesh.Reserved(scoring.SharedAssignment{ID: 1, Worker: "w2", Decided: now})
 	eventually(t, "a follows b back and holds its assignment", func() bool { return len(a.ledger.held(b.mesh.ID())) == 1 })
 	if got := testutil.ToFloat64(b.mesh.m.events.WithLabelValues("received")); got < 3 {

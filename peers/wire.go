@@ -23,10 +23,14 @@ import (
 //	               uncached (float32 bits), blocks, ownBlocks, stream, keys n + n×u64
 //	  first token: 'F' id, at
 //	  ended:       'E' id
+//	  ended, with what its outcome taught (scoring.Lesson):
+//	               'L' id, source str, ratio, fits (bit 0: TTFT, bit 1: decode),
+//	               then per fit X[0..4], Y (and for TTFT, Seen); every float is float32 bits
 //
-// An events frame with no event is a heartbeat.
+// An events frame with no event is a heartbeat. Version 2 added 'L';
+// replicas of different versions refuse each other's streams.
 
-const wireVersion = 1
+const wireVersion = 2
 
 // Frame kinds.
 const (
@@ -39,7 +43,18 @@ const (
 	tagReserved byte = 'R'
 	tagFirst    byte = 'F'
 	tagEnded    byte = 'E'
+	tagLesson   byte = 'L'
 )
+
+// Bits of a lesson's fits byte.
+const (
+	fitTTFT   byte = 1
+	fitDecode byte = 2
+)
+
+// maxLessonSeconds bounds a lesson's times, as calibration bounds the
+// outcomes it believes (an hour).
+const maxLessonSeconds = 3600
 
 // Limits a decoder enforces, so a bad frame cannot make it allocate
 // without bound.
@@ -131,10 +146,44 @@ func (e *encoder) firstToken(id uint64, at time.Time) {
 	e.rel(at)
 }
 
-func (e *encoder) ended(id uint64) {
+// ended encodes the end of id, with l when it teaches anything.
+func (e *encoder) ended(id uint64, l *scoring.Lesson) {
 	e.n++
-	e.b = append(e.b, tagEnded)
+	if l == nil || (!l.TTFT.OK && !l.Decode.OK) {
+		e.b = append(e.b, tagEnded)
+		e.b = binary.AppendUvarint(e.b, id)
+		return
+	}
+	e.b = append(e.b, tagLesson)
 	e.b = binary.AppendUvarint(e.b, id)
+	e.b = appendString(e.b, l.Source)
+	e.f32(l.Ratio)
+	var fits byte
+	if l.TTFT.OK {
+		fits |= fitTTFT
+	}
+	if l.Decode.OK {
+		fits |= fitDecode
+	}
+	e.b = append(e.b, fits)
+	if l.TTFT.OK {
+		e.fit(&l.TTFT)
+		e.f32(l.TTFT.Seen)
+	}
+	if l.Decode.OK {
+		e.fit(&l.Decode)
+	}
+}
+
+func (e *encoder) f32(v float64) {
+	e.b = binary.LittleEndian.AppendUint32(e.b, math.Float32bits(float32(v)))
+}
+
+func (e *encoder) fit(f *scoring.Fit) {
+	for _, x := range f.X {
+		e.f32(x)
+	}
+	e.f32(f.Y)
 }
 
 // frame returns the events frame, sent at now: header, the age of the
@@ -214,6 +263,56 @@ func (r *reader) str() string {
 		return ""
 	}
 	return string(r.take(int(n)))
+}
+
+func (r *reader) f32() float64 {
+	if b := r.take(4); b != nil {
+		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b)))
+	}
+	return 0
+}
+
+// lesson decodes the body of an 'L' event into l. Features must be finite
+// and not negative, times in (0, maxLessonSeconds], the ratio finite and
+// not negative, and at least one fit present.
+func (r *reader) lesson(l *scoring.Lesson) {
+	l.Source = r.str()
+	l.Ratio = r.f32()
+	fits := r.byte1()
+	if r.err == nil && (fits == 0 || fits&^(fitTTFT|fitDecode) != 0) {
+		r.fail("lesson fits %#x", fits)
+		return
+	}
+	if !(l.Ratio >= 0) || math.IsInf(l.Ratio, 0) {
+		r.fail("lesson ratio %v", l.Ratio)
+	}
+	if fits&fitTTFT != 0 {
+		r.fit(&l.TTFT)
+		l.TTFT.Seen = r.f32()
+		r.seconds(l.TTFT.Seen)
+	}
+	if fits&fitDecode != 0 {
+		r.fit(&l.Decode)
+		l.Decode.Seen = l.Decode.Y
+	}
+}
+
+func (r *reader) fit(f *scoring.Fit) {
+	f.OK = true
+	for i := range f.X {
+		f.X[i] = r.f32()
+		if x := f.X[i]; !(x >= 0) || math.IsInf(x, 0) {
+			r.fail("lesson feature %v", x)
+		}
+	}
+	f.Y = r.f32()
+	r.seconds(f.Y)
+}
+
+func (r *reader) seconds(v float64) {
+	if r.err == nil && !(v > 0 && v <= maxLessonSeconds) {
+		r.fail("lesson time %v s", v)
+	}
 }
 
 // at maps a relative time onto base; math.MinInt64 is the zero time.
@@ -311,6 +410,10 @@ func decodeEvents(dst []scoring.PeerEvent, b []byte, arrived time.Time) ([]scori
 			out = append(out, scoring.PeerEvent{Kind: scoring.PeerFirstToken, ID: id, At: at})
 		case tagEnded:
 			out = append(out, scoring.PeerEvent{Kind: scoring.PeerEnded, ID: r.uvarint()})
+		case tagLesson:
+			ev := scoring.PeerEvent{Kind: scoring.PeerEnded, ID: r.uvarint()}
+			r.lesson(&ev.Lesson)
+			out = append(out, ev)
 		default:
 			r.fail("event tag %q", tag)
 		}

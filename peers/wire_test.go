@@ -2,6 +2,7 @@ package peers
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func TestEventsRoundTrip(t *testing.T) {
 	e.reset(sent)
 	e.reserved(&a)
 	e.firstToken(7, sent.Add(-time.Millisecond))
-	e.ended(3)
+	e.ended(3, nil)
 	got, err := decodeEvents(nil, e.frame(e.at), recv)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +38,7 @@ func TestEventsRoundTrip(t *testing.T) {
 		t.Fatalf("first token, ended: %+v %+v", got[1], got[2])
 	}
 	e.reset(sent)
-	e.ended(9)
+	e.ended(9, &scoring.Lesson{Source: "x"}) // teaches nothing: a plain end
 	late, err := decodeEvents(nil, e.frame(sent.Add(5*time.Millisecond)), recv)
 	if err != nil || len(late) != 1 {
 		t.Fatalf("frame sent 5 ms after its base: %v, %+v", err, late)
@@ -52,6 +53,39 @@ func TestEventsRoundTrip(t *testing.T) {
 	hb, err := decodeEvents(got[:0], e.frame(e.at), recv)
 	if err != nil || len(hb) != 0 {
 		t.Fatalf("heartbeat: %v, %d events", err, len(hb))
+	}
+}
+
+// testLesson is what a streamed response teaches, both fits, in values
+// float32 holds exactly.
+var testLesson = scoring.Lesson{Source: "cert:spiffe://envoy", Ratio: 1.25,
+	TTFT:   scoring.Fit{OK: true, X: [5]float64{3, 4096, 12, 9e6, 1}, Y: 0.5, Seen: 0.625},
+	Decode: scoring.Fit{OK: true, X: [5]float64{63, 2048, 504, 4e6, 0}, Y: 1.5, Seen: 1.5}}
+
+// TestLessonRoundTrip: an end's lesson arrives as sent, with either fit
+// alone or both; an end that teaches nothing is the plain 2-byte event.
+func TestLessonRoundTrip(t *testing.T) {
+	t.Parallel()
+	ttftOnly, decodeOnly := testLesson, testLesson
+	ttftOnly.Decode = scoring.Fit{}
+	decodeOnly.TTFT, decodeOnly.Ratio = scoring.Fit{}, 0
+	for _, l := range []scoring.Lesson{testLesson, ttftOnly, decodeOnly} {
+		var e encoder
+		e.reset(time.Unix(0, 0))
+		e.ended(5, &l)
+		got, err := decodeEvents(nil, e.frame(e.at), time.Unix(0, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (scoring.PeerEvent{Kind: scoring.PeerEnded, ID: 5, Lesson: l}); len(got) != 1 || !reflect.DeepEqual(got[0], want) {
+			t.Fatalf("got %+v\nwant %+v", got, want)
+		}
+	}
+	var e encoder
+	e.reset(time.Unix(0, 0))
+	e.ended(5, &scoring.Lesson{Source: "addr:1.2.3.4"})
+	if n := len(e.b); n != 2 {
+		t.Fatalf("an end without a fit takes %d bytes, want 2", n)
 	}
 }
 
@@ -100,6 +134,28 @@ func TestDecodeRejects(t *testing.T) {
 			e.reserved(&scoring.SharedAssignment{ID: 1})
 			return e.frame(e.at)
 		}()},
+		{"lesson without a fit", lessonFrame(func(b []byte) { b[len(b)-1-4*6-4*7] = 0 }, testLesson)},
+		{"lesson with an unknown fit", lessonFrame(func(b []byte) { b[len(b)-1-4*6-4*7] = 7 }, testLesson)},
+		{"lesson with a negative feature", lessonFrame(nil, func() scoring.Lesson {
+			l := testLesson
+			l.TTFT.X[1] = -1
+			return l
+		}())},
+		{"lesson with no time", lessonFrame(nil, func() scoring.Lesson {
+			l := testLesson
+			l.Decode.Y = 0
+			return l
+		}())},
+		{"lesson of more than an hour", lessonFrame(nil, func() scoring.Lesson {
+			l := testLesson
+			l.TTFT.Seen = 4000
+			return l
+		}())},
+		{"lesson with a NaN ratio", lessonFrame(nil, func() scoring.Lesson {
+			l := testLesson
+			l.Ratio = math.NaN()
+			return l
+		}())},
 		{"huge key count", []byte{wireVersion, kindEvents, 0, 1, tagReserved, 1, 1, 'w', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}},
 	}
 	for _, tc := range tests {
@@ -112,6 +168,19 @@ func TestDecodeRejects(t *testing.T) {
 	}
 }
 
+// lessonFrame is a frame with the end of one assignment teaching l, edited
+// by edit when not nil.
+func lessonFrame(edit func([]byte), l scoring.Lesson) []byte {
+	var e encoder
+	e.reset(time.Unix(0, 0))
+	e.ended(1, &l)
+	b := e.frame(e.at)
+	if edit != nil {
+		edit(b)
+	}
+	return b
+}
+
 // FuzzDecodeEvents: no input makes the decoder panic or return events
 // with an error, and what decodes re-encodes to a frame that decodes the
 // same.
@@ -120,7 +189,8 @@ func FuzzDecodeEvents(f *testing.F) {
 	e.reset(time.Unix(100, 0))
 	e.reserved(&scoring.SharedAssignment{ID: 1, Worker: "w", Uncached: 3, SpecKeys: []uint64{5}})
 	e.firstToken(1, time.Unix(101, 0))
-	e.ended(1)
+	e.ended(1, nil)
+	e.ended(2, &testLesson)
 	f.Add(e.frame(e.at))
 	f.Add(appendHello(nil, hello{ID: 2, Name: "n"}, true))
 	f.Add([]byte{wireVersion, kindEvents, 0, 0})
@@ -143,7 +213,7 @@ func FuzzDecodeEvents(f *testing.F) {
 			case scoring.PeerFirstToken:
 				e.firstToken(ev.ID, ev.At)
 			case scoring.PeerEnded:
-				e.ended(ev.ID)
+				e.ended(ev.ID, &ev.Lesson)
 			}
 		}
 		again, err := decodeEvents(nil, e.frame(e.at), base)

@@ -112,19 +112,18 @@ func learns(o Outcome) bool { return o.End == EndCompleted && o.TTFT > 0 && o.TT
 // maxTTFT bounds the outcomes calibration believes.
 const maxTTFT = time.Hour
 
-// learn feeds a completed outcome of assignment a to its worker's model.
-// The model is fitted with what the engine reports (prompt and cached
-// tokens) rather than what was predicted, so index errors do not bend the
-// speed estimate.
-func (l *learner) learn(a *assignment, o Outcome, now time.Time, eng engineTTFT) learned {
+// learn feeds a completed outcome of assignment a to its worker's model
+// and returns, besides what it taught, the lesson for peers. The model is
+// fitted with what the engine reports (prompt and cached tokens) rather
+// than what was predicted, so index errors do not bend the speed estimate.
+func (l *learner) learn(a *assignment, o Outcome, now time.Time, eng engineTTFT) (learned, Lesson) {
 	st := l.worker(a.worker)
 	st.lastOutcome = now
 	actual := o.TTFT.Seconds()
 	var res learned
-	inf := full
+	ls := Lesson{Source: a.source}
 	if predicted := a.first.Sub(a.decided).Seconds(); predicted > 0 {
-		inf = st.sources.weigh(a.source, actual/predicted)
-		res.disagrees, res.firstDisagree, res.source = inf.disagrees, inf.began, a.source
+		ls.Ratio = actual / predicted
 	}
 	const alpha = 0.05
 	if dec := (o.Duration - o.TTFT).Seconds(); o.Duration > o.TTFT {
@@ -165,18 +164,47 @@ func (l *learner) learn(a *assignment, o Outcome, now time.Time, eng engineTTFT)
 	// failed attempt.
 	res.unexplained = a.unexplained
 	if a.kvWait == 0 && !a.unexplained && !a.moved {
-		l.fit(st, w.features(), actual/a.pred.factor, actual, eng, inf, &res)
+		ls.TTFT = Fit{OK: true, X: w.features(), Y: actual / a.pred.factor, Seen: actual}
 	}
-	res.model = st.cal.model()
-	res.decoded = l.learnDecode(st, a, o, inf)
-	if res.decoded && l.unmeasured {
-		l.seedDecode(now)
-	}
-	res.decodeModel = st.dec.model()
+	ls.Decode = l.decodeFit(st, a, o)
+	l.teach(st, ls, now, eng, &res)
 	st.typ.uncached += alpha * (w.uncached() - st.typ.uncached)
 	st.typ.prompt += alpha * (w.prompt - st.typ.prompt)
 	l.output(a.model).observe(a.maxTokens, o.CompletionTokens)
+	return res, ls
+}
+
+// learnLesson fits a peer's lesson about worker, as learn fits the
+// router's own outcomes: a peer's outcome is as much a measurement of the
+// worker as one of this replica's.
+func (l *learner) learnLesson(worker string, ls Lesson, now time.Time, eng engineTTFT) learned {
+	st := l.worker(worker)
+	st.lastOutcome = now
+	var res learned
+	l.teach(st, ls, now, eng, &res)
 	return res
+}
+
+// teach fits ls to st's models: the source's influence from its ratio of
+// observed to predicted, then the TTFT and decode fits it holds.
+func (l *learner) teach(st *workerModel, ls Lesson, now time.Time, eng engineTTFT, res *learned) {
+	inf := full
+	if ls.Ratio > 0 {
+		inf = st.sources.weigh(ls.Source, ls.Ratio)
+		res.disagrees, res.firstDisagree, res.source = inf.disagrees, inf.began, ls.Source
+	}
+	if ls.TTFT.OK {
+		l.fit(st, ls.TTFT.X, ls.TTFT.Y, ls.TTFT.Seen, eng, inf, res)
+	}
+	res.model = st.cal.model()
+	if ls.Decode.OK {
+		st.dec.observeFrom(ls.Decode.X, ls.Decode.Y, l.cfg, nil, inf)
+		res.decoded = true
+		if l.unmeasured {
+			l.seedDecode(now)
+		}
+	}
+	res.decodeModel = st.dec.model()
 }
 
 // learnsUnstreamed reports whether an outcome is a non-streamed answer
@@ -193,13 +221,14 @@ func learnsUnstreamed(a *assignment, o Outcome) bool {
 // first token later than the whole answer is too slow, and is fitted to
 // the answer's duration, an upper bound of the truth. A faster answer says
 // nothing more, since its split into first token and decode is not seen.
-func (l *learner) learnUnstreamed(a *assignment, o Outcome, now time.Time, eng engineTTFT) learned {
+func (l *learner) learnUnstreamed(a *assignment, o Outcome, now time.Time, eng engineTTFT) (learned, Lesson) {
 	st := l.worker(a.worker)
 	st.lastOutcome = now
 	if o.CompletionTokens > 0 {
 		l.output(a.model).observe(a.maxTokens, o.CompletionTokens)
 	}
 	var res learned
+	ls := Lesson{Source: a.source}
 	end := o.Duration.Seconds()
 	if a.kvWait == 0 && !a.unexplained && !a.moved && a.pred.total() > end {
 		w := a.work
@@ -210,12 +239,11 @@ func (l *learner) learnUnstreamed(a *assignment, o Outcome, now time.Time, eng e
 			w.cached = float64(o.CachedTokens)
 			w.offloaded = min(w.offloaded, w.cached)
 		}
-		l.fit(st, w.features(), end/a.pred.factor, end, eng, full, &res)
+		ls.TTFT = Fit{OK: true, X: w.features(), Y: end / a.pred.factor, Seen: end}
 		res.bounded = true
 	}
-	res.model = st.cal.model()
-	res.decodeModel = st.dec.model()
-	return res
+	l.teach(st, ls, now, eng, &res)
+	return res, ls
 }
 
 // fit feeds st's calibration the time y (seconds, scaled as predicted;
@@ -252,14 +280,14 @@ func (l *learner) fit(st *workerModel, x [numParams]float64, y, seen float64, en
 // edges are a small part of the window and even out.
 const minDecodeSteps = 16
 
-// learnDecode fits the worker's decode model to a's response: its time
+// decodeFit is the decode model's observation of a's response: its time
 // from first token to last (o.Decode, else to the end) over its
 // CompletionTokens − 1 decode steps, against what the decode meter saw in
 // that window: the mean batch and context of the steps and the other
 // requests' prefill work done in them. A response needs a reported first
-// token and minDecodeSteps steps to be a measurement; inf is its
-// source's influence (influence.go). It reports whether the model was fitted.
-func (l *learner) learnDecode(st *workerModel, a *assignment, o Outcome, inf influence) bool {
+// token and minDecodeSteps steps to be a measurement; otherwise the Fit
+// is not OK.
+func (l *learner) decodeFit(st *workerModel, a *assignment, o Outcome) Fit {
 	decode := o.Decode
 	if decode <= 0 {
 		decode = o.Duration - o.TTFT
@@ -267,14 +295,14 @@ func (l *learner) learnDecode(st *workerModel, a *assignment, o Outcome, inf inf
 	seqSec := a.decodeTo.seqSec - a.decodeFrom.seqSec
 	span := decode.Seconds()
 	if !a.firstSeen || o.CompletionTokens-1 < minDecodeSteps || !(span > 0) || !(seqSec > 0) {
-		return false
+		return Fit{}
 	}
 	steps := float64(o.CompletionTokens - 1)
 	// The meter's window is the router's first token to its end, which
 	// the response's own times measure better; both see the same steps.
 	meterSpan := a.decodeTo.at.Sub(a.decodeFrom.at).Seconds()
 	if !(meterSpan > 0) {
-		return false
+		return Fit{}
 	}
 	batch := seqSec / meterSpan
 	out := st.typ.out
@@ -283,8 +311,7 @@ func (l *learner) learnDecode(st *workerModel, a *assignment, o Outcome, inf inf
 	}
 	ctx := (a.decodeTo.ctxSec-a.decodeFrom.ctxSec)/meterSpan + batch*out/2
 	prefilled := max(a.decodeTo.prefilled-a.decodeFrom.prefilled, 0)
-	st.dec.observeFrom(decodeFeatures(steps, prefilled, batch, ctx), span, l.cfg, nil, inf)
-	return true
+	return Fit{OK: true, X: decodeFeatures(steps, prefilled, batch, ctx), Y: span, Seen: span}
 }
 
 // seedDecode starts the decode model of every worker not yet measured

@@ -41,6 +41,7 @@ type metrics struct {
 	prefillPerTok  *prometheus.GaugeVec   // worker: learned s/token
 	stepOverhead   *prometheus.GaugeVec   // worker: learned s/step
 	decodeFits     prometheus.Counter     // outcomes the decode model was fitted to
+	peerLessons    prometheus.Counter     // peers' lessons fitted
 	decodeStep     *prometheus.GaugeVec   // worker: learned s/decode step
 	decodePerSeq   *prometheus.GaugeVec   // worker: learned s/sequence in a decode step
 }
@@ -87,7 +88,9 @@ func newMetrics(o component.Options) (*metrics, error) {
 		stepOverhead: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "model_step_overhead_seconds", Help: "Calibrated fixed cost per engine step."}, []string{"worker"}),
 		decodeFits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "decode_calibrations_total", Help: "Streamed responses of three tokens or more the decode model was fitted to (time per output token against the batch their decode steps carried)."}),
+			Name: "decode_calibrations_total", Help: "Streamed responses of 17 tokens or more the decode model was fitted to (time per output token against the batch their decode steps carried), this replica's and its peers'."}),
+		peerLessons: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "peer_lessons_total", Help: "Outcomes of peer replicas' decisions this replica's models were fitted to (what each taught the peer's calibration, sent with its end)."}),
 		decodeStep: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "decode_model_step_overhead_seconds", Help: "Calibrated fixed cost of a decode step, as time per output token shows it."}, []string{"worker"}),
 		decodePerSeq: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
@@ -97,7 +100,7 @@ func newMetrics(o component.Options) (*metrics, error) {
 	m.loadStale = m.loadReports.WithLabelValues("stale")
 	m.loadMissing = m.loadReports.WithLabelValues("missing")
 	if err := o.Register("scoring", m.loadReports, m.staleIndex, m.shadowRegret, m.shadowAgree, m.unknownDone,
-		m.cachedCheck, m.cachedGap, m.kvSilent, m.boundedFits, m.outliers, m.resets, m.uncorroborated, m.disagreeing, m.idleRestarts, m.unexplained, m.prefillPerTok, m.stepOverhead, m.decodeFits, m.decodeStep, m.decodePerSeq); err != nil {
+		m.cachedCheck, m.cachedGap, m.kvSilent, m.boundedFits, m.outliers, m.resets, m.uncorroborated, m.disagreeing, m.idleRestarts, m.unexplained, m.prefillPerTok, m.stepOverhead, m.decodeFits, m.peerLessons, m.decodeStep, m.decodePerSeq); err != nil {
 		return nil, err
 	}
 	return m, nil

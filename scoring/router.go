@@ -68,6 +68,8 @@ type Router struct {
 	now     func() time.Time
 	seed    uint64
 	sink    LedgerSink // nil: the ledger is not shared
+	// noPeerLessons: peers' lessons are not fitted (WithoutPeerLessons).
+	noPeerLessons bool
 
 	mu     sync.Mutex // guards the fields below
 	ledger ledger
@@ -284,12 +286,14 @@ func (r *Router) Done(d *Decision, o Outcome) {
 		return
 	}
 	var l learned
+	var lesson Lesson
 	learnOK := learns(o)
 	switch {
 	case learnOK:
-		l = r.learn.learn(a, o, now, eng)
+		l, lesson = r.learn.learn(a, o, now, eng)
 	case learnsUnstreamed(a, o):
-		l, learnOK = r.learn.learnUnstreamed(a, o, now, eng), true
+		l, lesson = r.learn.learnUnstreamed(a, o, now, eng)
+		learnOK = true
 	}
 	quiet := silenceSame
 	if watched && a.worker == d.Worker {
@@ -297,7 +301,7 @@ func (r *Router) Done(d *Decision, o Outcome) {
 	}
 	r.mu.Unlock()
 	if r.sink != nil {
-		r.sink.Ended(a.id)
+		r.sink.Ended(a.id, lesson)
 	}
 	if learnOK {
 		r.m.learned(a.worker, l, r.log)

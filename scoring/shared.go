@@ -12,9 +12,12 @@ import (
 // a LedgerSink of each change to its own assignments, and takes the
 // changes of peers' ledgers through ApplyPeer. Peers' assignments load the
 // workers exactly as the router's own do (queue, decodes, KV blocks, the
-// scrape reconciliation); they are never calibrated against, since their
-// outcomes are the peer's to learn from. Transport, authentication and
-// expiry of silent peers belong to package peers.
+// scrape reconciliation). Each replica sees the outcomes of its own
+// decisions only, 1/N of them behind N replicas; an ended assignment
+// carries what its outcome taught the deciding replica's calibration (a
+// Lesson: the fit's inputs), which the receiver fits too, so that every
+// replica's models learn from all of the pool's outcomes. Transport,
+// authentication and expiry of silent peers belong to package peers.
 
 // SharedAssignment is one assignment as peers see it: the load it puts on
 // its worker, in the receiving replica's clock. Times are absolute; the
@@ -43,14 +46,48 @@ type SharedAssignment struct {
 	SpecKeys []uint64
 }
 
+// Lesson is what one outcome taught the calibration of the replica that
+// decided it, as inputs another replica can fit: the feature vectors and
+// measured times the deciding replica fitted, not its resulting model.
+// Both replicas hold the same ledger, so the features the decider saw
+// describe the worker's queue for the receiver as well. The zero Lesson
+// teaches nothing.
+type Lesson struct {
+	// Source is who reported the outcome (Request.Source): one source's
+	// influence on a worker is bounded across every replica's outcomes
+	// alike (influence.go).
+	Source string
+	// Ratio is the outcome's observed / predicted first token; 0 when
+	// there was no prediction to compare.
+	Ratio float64
+	// TTFT is the step model's fit of the first token (or of a
+	// non-streamed answer's end, an upper bound), Decode the decode
+	// model's fit of the response's steps.
+	TTFT, Decode Fit
+}
+
+// Fit is one observation of a calibrator: features X, and Y the time they
+// should explain, in seconds. For the TTFT fit Y is scaled as the
+// prediction was (by the KV-pressure factor) and Seen is the time as
+// measured; for the decode fit they are equal.
+type Fit struct {
+	OK      bool
+	X       [numParams]float64
+	Y, Seen float64
+}
+
+// teaches reports whether l holds an observation.
+func (l Lesson) teaches() bool { return l.TTFT.OK || l.Decode.OK }
+
 // LedgerSink is told of every change to the router's own ledger so that it
 // can be shared: Reserved once per committed decision (after its
-// speculation), FirstToken and Ended later for the same ID. Calls come from
+// speculation), FirstToken and Ended later for the same ID, Ended with
+// what the outcome taught (the zero Lesson when nothing). Calls come from
 // many goroutines, never with the router's lock held, and must not block.
 type LedgerSink interface {
 	Reserved(a SharedAssignment)
 	FirstToken(id uint64, at time.Time)
-	Ended(id uint64)
+	Ended(id uint64, l Lesson)
 }
 
 // PeerEventKind says what a PeerEvent changes.
@@ -69,6 +106,7 @@ type PeerEvent struct {
 	Assignment SharedAssignment // PeerReserved
 	ID         uint64           // PeerFirstToken, PeerEnded
 	At         time.Time        // PeerFirstToken
+	Lesson     Lesson           // PeerEnded
 }
 
 // WithLedgerSink makes the router tell sink of every change to its own
@@ -83,10 +121,12 @@ type peerKey struct {
 
 // ApplyPeer applies peer's ledger changes, in order. Events for unknown
 // IDs (ended already, or from before a reset) are ignored; a second
-// PeerReserved for a live ID replaces it.
+// PeerReserved for a live ID replaces it. An ended assignment's Lesson is
+// fitted to its worker's models, unless the router was made
+// WithoutPeerLessons.
 func (r *Router) ApplyPeer(peer string, evs []PeerEvent) {
+	var lessons []peerLesson
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	now := r.now()
 	for i := range evs {
 		ev := &evs[i]
@@ -121,10 +161,50 @@ func (r *Router) ApplyPeer(peer string, evs []PeerEvent) {
 				delete(r.ledger.remote, k)
 				a.ledger.remove(a, now)
 				a.ledger.pruneEnded(a.ledger.lastScrape)
+				if !r.noPeerLessons && ev.Lesson.teaches() {
+					lessons = append(lessons, peerLesson{worker: a.worker, lesson: ev.Lesson})
+				}
 			}
 		}
 	}
+	r.mu.Unlock()
+	if len(lessons) > 0 {
+		r.learnFromPeer(lessons)
+	}
 }
+
+// peerLesson is a peer's lesson about one worker.
+type peerLesson struct {
+	worker string
+	lesson Lesson
+	eng    engineTTFT
+}
+
+// learnFromPeer fits peers' lessons to their workers' models, with the
+// engines' own first-token figures read outside the router's lock, as Done
+// reads them.
+func (r *Router) learnFromPeer(ls []peerLesson) {
+	if r.gather.load != nil {
+		for i := range ls {
+			ls[i].eng = engineTTFTOf(r.gather.load.Load(ls[i].worker))
+		}
+	}
+	out := make([]learned, len(ls))
+	r.mu.Lock()
+	now := r.now()
+	for i := range ls {
+		out[i] = r.learn.learnLesson(ls[i].worker, ls[i].lesson, now, ls[i].eng)
+	}
+	r.mu.Unlock()
+	r.m.peerLessons.Add(float64(len(ls)))
+	for i := range ls {
+		r.m.learned(ls[i].worker, out[i], r.log)
+	}
+}
+
+// WithoutPeerLessons makes the router ignore the lessons of peers' ended
+// assignments: its models learn from its own outcomes only.
+func WithoutPeerLessons() Option { return func(r *Router) { r.noPeerLessons = true } }
 
 // DropPeer forgets every assignment of peer, as ended now: the peer went
 // silent for longer than its entries may live, or its ledger is about to

@@ -29,8 +29,8 @@ func (l *loopSink) FirstToken(id uint64, at time.Time) {
 	l.to.ApplyPeer(l.peer, []PeerEvent{{Kind: PeerFirstToken, ID: id, At: at}})
 }
 
-func (l *loopSink) Ended(id uint64) {
-	l.to.ApplyPeer(l.peer, []PeerEvent{{Kind: PeerEnded, ID: id}})
+func (l *loopSink) Ended(id uint64, lesson Lesson) {
+	l.to.ApplyPeer(l.peer, []PeerEvent{{Kind: PeerEnded, ID: id, Lesson: lesson}})
 }
 
 // twoReplicas returns two routers over the same workers and clock, a
@@ -155,6 +155,47 @@ func TestUnexplainedLoadIsNotSpeed(t *testing.T) {
 		}
 		if n := testutil.ToFloat64(g.r.m.unexplained); (n == 1) != foreign {
 			t.Errorf("foreign load %v: %v outcomes counted unexplained", foreign, n)
+		}
+	}
+}
+
+// TestPeerLessonsTeachTheSameModel: a peer's outcomes teach the receiver's
+// models what they taught the peer's own, so that a replica that decided
+// nothing holds the deciding one's TTFT and decode models of the worker,
+// fit for fit. Made WithoutPeerLessons it keeps the prior.
+func TestPeerLessonsTeachTheSameModel(t *testing.T) {
+	t.Parallel()
+	for _, learn := range []bool{true, false} {
+		a, b, _ := twoReplicas(t)
+		b.r.noPeerLessons = !learn
+		ws := pool(1)
+		for i := range 24 {
+			d, err := a.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(300+i, 0, 1024+64*i), Stream: true}, ws)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ttft := 3 * d.Chosen.PredictedTTFT
+			a.clock.Advance(ttft)
+			a.r.FirstToken(d)
+			decode := 40 * 20 * time.Millisecond
+			a.clock.Advance(decode)
+			a.r.Done(d, Outcome{End: EndCompleted, HTTPStatus: 200, TTFT: ttft, Decode: decode, Duration: ttft + decode,
+				PromptTokens: d.PromptTokens, CompletionTokens: 41, CachedTokens: 0})
+		}
+		prior := DefaultConfig().Prior
+		own, got := a.r.learn.worker("w0"), b.r.learn.worker("w0")
+		if own.cal.model() == prior || own.dec.model() == prior {
+			t.Fatalf("the deciding replica's models did not move: %+v, %+v", own.cal.model(), own.dec.model())
+		}
+		switch {
+		case learn && (got.cal.model() != own.cal.model() || got.dec.model() != own.dec.model()):
+			t.Errorf("the receiver's models %+v / %+v, want the decider's %+v / %+v",
+				got.cal.model(), got.dec.model(), own.cal.model(), own.dec.model())
+		case !learn && (got.cal.model() != prior || got.dec.model() != prior):
+			t.Errorf("without peer lessons the receiver's models moved: %+v / %+v", got.cal.model(), got.dec.model())
+		}
+		if n, want := testutil.ToFloat64(b.r.m.peerLessons), map[bool]float64{true: 24}[learn]; n != want {
+			t.Errorf("learn %v: %v peer lessons counted, want %v", learn, n, want)
 		}
 	}
 }

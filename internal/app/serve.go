@@ -117,6 +117,9 @@ func assemble(ctx context.Context, cfg Config, eo embedOptions, reg prometheus.R
 		}
 		src.Peers = mesh
 		ropts = append(ropts, scoring.WithLedgerSink(mesh))
+		if !cfg.Peers.Lessons {
+			ropts = append(ropts, scoring.WithoutPeerLessons())
+		}
 	}
 	router, err := scoring.New(cfg.Policy, cfg.scoringConfig(), src,
 		component.Options{Logger: log.With("component", "scoring"), Registerer: reg}, ropts...)
