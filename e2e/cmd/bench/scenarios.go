@@ -283,9 +283,10 @@ const skewedHeavyAbout = "The case longest-prefix routing overloads: as the skew
 
 // replicasAbout is what the replicas scenarios share.
 const replicasAbout = "Every replica is its own warmpath server with the same configuration (which carries no worker speed: " +
-	"each replica learns the speeds from its own outcomes) and its own KV index fed by every worker's events; with " +
-	"sharing on, each also follows the others' in-flight ledgers (`peers`: a shared token, each replica listing the " +
-	"earlier ones, heartbeat 100 ms, stale after 500 ms, expiry after 3 s). Runs: warmpath on 1, 2 and 4 sharing " +
+	"each replica learns the speeds from outcomes) and its own KV index fed by every worker's events; with " +
+	"sharing on, each also follows the others' in-flight ledgers and fits what their outcomes taught them (`peers`: a " +
+	"shared token, each replica listing the earlier ones, heartbeat 100 ms, stale after 500 ms, expiry after 3 s, " +
+	"lessons on); without, it learns from its own outcomes alone. Runs: warmpath on 1, 2 and 4 sharing " +
 	"replicas, on 2 that do not share, and prefix-max on 1 and 2 (not sharing: it keeps no load model, so only its " +
 	"speculated blocks could travel). Each round replays a new seed (round r: seed + r − 1) for every run, so rounds " +
 	"show the spread over workloads and runs of the machine. The SLO is tighter than the other scenarios' so that its " +
