@@ -25,6 +25,8 @@ type learner struct {
 	// unmeasured it runs on every decode outcome.
 	recent []*calibrator
 	vals   []float64
+	// relaxed is relaxIdle's result.
+	relaxed []string
 }
 
 // workerModel is what the learner knows of one worker.
@@ -341,14 +343,15 @@ func (l *learner) seedDecode(now time.Time) {
 // without an outcome and has nothing in flight, once per period. Without
 // it, a worker the model once judged slow would get no request, and so no
 // chance to be measured again. Nothing restarts while no worker has a
-// recent outcome. It returns the number of calibrations restarted.
-func (l *learner) relaxIdle(ws Workers, busy func(worker string) bool, now time.Time) int {
+// recent outcome. It returns the workers whose calibration restarted, in
+// a slice valid until the next call.
+func (l *learner) relaxIdle(ws Workers, busy func(worker string) bool, now time.Time) []string {
+	l.relaxed = l.relaxed[:0]
 	period := l.cfg.IdleRelax
 	if period <= 0 {
-		return 0
+		return nil
 	}
 	var centre, decCentre *[numParams]float64
-	n := 0
 	for i := range ws {
 		st := l.worker(ws[i].Name)
 		if st.cal.n == 0 || busy(ws[i].Name) || now.Sub(st.lastOutcome) < period || now.Sub(st.lastRelax) < period {
@@ -357,7 +360,7 @@ func (l *learner) relaxIdle(ws Workers, busy func(worker string) bool, now time.
 		if centre == nil {
 			c, ok := l.typicalTheta(now, func(m *workerModel) *calibrator { return m.cal })
 			if !ok {
-				return n
+				return l.relaxed
 			}
 			centre = &c
 			if c, ok := l.typicalTheta(now, func(m *workerModel) *calibrator { return m.dec }); ok {
@@ -369,9 +372,9 @@ func (l *learner) relaxIdle(ws Workers, busy func(worker string) bool, now time.
 			st.dec.restart(*decCentre)
 		}
 		st.lastRelax = now
-		n++
+		l.relaxed = append(l.relaxed, ws[i].Name)
 	}
-	return n
+	return l.relaxed
 }
 
 // typicalTheta is the per-parameter median of the models cal selects of

@@ -170,6 +170,17 @@ func (m *metrics) silence(worker string, c silenceChange, log *slog.Logger) {
 	}
 }
 
+// relaxed shows worker's models after relaxIdle restarted them: the step
+// model, and the decode model when dec is not nil (it was measured).
+func (m *metrics) relaxed(worker string, cal StepModel, dec *StepModel) {
+	m.prefillPerTok.WithLabelValues(worker).Set(cal.PrefillPerToken)
+	m.stepOverhead.WithLabelValues(worker).Set(cal.StepOverhead)
+	if dec != nil {
+		m.decodeStep.WithLabelValues(worker).Set(dec.StepOverhead)
+		m.decodePerSeq.WithLabelValues(worker).Set(dec.DecodePerSeq)
+	}
+}
+
 // forget deletes worker's series.
 func (m *metrics) forget(worker string) {
 	m.kvSilent.DeleteLabelValues(worker)

@@ -161,8 +161,17 @@ func (r *Router) decide(ctx context.Context, req *Request, ws Workers, commit bo
 		r.text.apply(d, f.chain, now)
 	}
 	if commit {
-		n := r.learn.relaxIdle(ws, func(w string) bool { return len(r.ledger.worker(w).inflight) > 0 }, now)
-		r.m.idleRestarts.Add(float64(n))
+		relaxed := r.learn.relaxIdle(ws, func(w string) bool { return len(r.ledger.worker(w).inflight) > 0 }, now)
+		for _, w := range relaxed {
+			st := r.learn.worker(w)
+			var dec *StepModel
+			if st.dec.n > 0 {
+				d := st.dec.model()
+				dec = &d
+			}
+			r.m.relaxed(w, st.cal.model(), dec)
+		}
+		r.m.idleRestarts.Add(float64(len(relaxed)))
 	}
 	v := r.pred.predict(r, req, d, ws, f, now)
 	if r.name == PolicyWarmpath {

@@ -896,6 +896,23 @@ func testIdleWorkerRelaxes(t *testing.T, streamed bool) {
 	if got := run(200, 1, streamed); got["w0"] != 0 {
 		t.Fatalf("w0 judged slow still got %d of 200 requests within the idle period", got["w0"])
 	}
+	// After an idle period, the first decision once another worker has a
+	// recent outcome restarts w0's calibration, and its model gauge shows
+	// the restarted model before any outcome of w0's.
+	slow := testutil.ToFloat64(g.r.m.prefillPerTok.WithLabelValues("w0"))
+	g.clock.Advance(DefaultConfig().IdleRelax)
+	if got := run(1, 1, streamed); got["w1"] != 1 {
+		t.Fatalf("the request after the idle period went to %v, want w1", got)
+	}
+	d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(7, 0, 1024), Stream: streamed}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := testutil.ToFloat64(g.r.m.prefillPerTok.WithLabelValues("w0")), g.r.Model("w0").PrefillPerToken
+	if got != want || got == slow {
+		t.Errorf("w0's prefill gauge after the idle restart: %v, want the restarted model's %v (before: %v)", got, want, slow)
+	}
+	g.r.Done(d, Outcome{End: EndAborted})
 	// Idle for a few periods while the spell is over: w0 must be tried again.
 	tried := 0
 	for range 6 {
