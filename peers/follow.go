@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/warmpath/warmpath/scoring"
@@ -35,11 +38,18 @@ func (m *Mesh) follow(ctx context.Context, addr string) {
 	defer func() { _ = conn.Close() }()
 	backoff := 100 * time.Millisecond
 	lastErr := ""
+	version := byte(wireVersion)
 	for ctx.Err() == nil {
-		err := m.followOnce(ctx, conn, addr)
+		err := m.followOnce(ctx, conn, addr, version)
 		switch {
 		case ctx.Err() != nil:
 			return
+		case errors.Is(err, errOlderPeer) && version > minWireVersion:
+			// An older replica: say hello again in the version it speaks.
+			// The next connection tries this version's again, as the
+			// replica may have been upgraded by then.
+			version = minWireVersion
+			continue
 		case errors.Is(err, errSelf):
 			m.pmu.Lock()
 			m.self[addr] = true
@@ -49,6 +59,7 @@ func (m *Mesh) follow(ctx context.Context, addr string) {
 			lastErr = err.Error()
 			m.log.Warn("peer stream", "address", addr, "err", err)
 		}
+		version = wireVersion
 		select {
 		case <-ctx.Done():
 			return
@@ -58,8 +69,19 @@ func (m *Mesh) follow(ctx context.Context, addr string) {
 	}
 }
 
-// followOnce runs one Follow stream to addr until it fails.
-func (m *Mesh) followOnce(ctx context.Context, conn *grpc.ClientConn, addr string) error {
+// errOlderPeer: the replica refused the hello's wire version.
+var errOlderPeer = errors.New("peers: the replica speaks an older wire version")
+
+// refusedVersion reports whether err is a replica's refusal of a hello's
+// version: InvalidArgument, with a message that says so.
+func refusedVersion(err error) bool {
+	s, ok := status.FromError(err)
+	return ok && s.Code() == codes.InvalidArgument && strings.Contains(s.Message(), "version")
+}
+
+// followOnce runs one Follow stream to addr, saying hello in wire version
+// version, until it fails.
+func (m *Mesh) followOnce(ctx context.Context, conn *grpc.ClientConn, addr string, version byte) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+string(m.token))
@@ -67,7 +89,7 @@ func (m *Mesh) followOnce(ctx context.Context, conn *grpc.ClientConn, addr strin
 	if err != nil {
 		return fmt.Errorf("follow %s: %w", addr, err)
 	}
-	h := hello{ID: m.id, Name: m.name, Advertise: m.advertised()}
+	h := hello{Version: version, ID: m.id, Name: m.name, Advertise: m.advertised()}
 	_, _ = rand.Read(h.Nonce[:]) // crypto/rand.Read never fails
 	if err := stream.SendMsg(&wrapperspb.BytesValue{Value: appendHello(nil, h, false)}); err != nil {
 		return fmt.Errorf("follow %s: %w", addr, err)
@@ -77,6 +99,9 @@ func (m *Mesh) followOnce(ctx context.Context, conn *grpc.ClientConn, addr strin
 	}
 	in := new(wrapperspb.BytesValue)
 	if err := stream.RecvMsg(in); err != nil {
+		if refusedVersion(err) && version > minWireVersion {
+			return fmt.Errorf("follow %s: %w: %w", addr, errOlderPeer, err)
+		}
 		return fmt.Errorf("follow %s: %w", addr, err)
 	}
 	theirs, err := decodeHello(in.GetValue(), true)

@@ -86,14 +86,24 @@ func (m *Mesh) serveFollower(stream grpc.ServerStream, first []byte) error {
 	if addr := advertisedAddr(stream, h.Advertise); addr != "" && h.ID != m.id {
 		m.learn(addr)
 	}
-	reply := hello{ID: m.id, Name: m.name, Advertise: m.advertised(), Proof: proof(m.token, h.Nonce, m.id)}
+	// A follower of an older version is answered in its own.
+	reply := hello{Version: min(h.Version, wireVersion), ID: m.id, Name: m.name, Advertise: m.advertised(), Proof: proof(m.token, h.Nonce, m.id)}
 	if err := stream.SendMsg(&wrapperspb.BytesValue{Value: appendHello(nil, reply, true)}); err != nil {
 		return err
 	}
 	sub := &subscriber{ch: make(chan []byte, subscriberQueue)}
 	snapshot := m.subscribe(sub)
 	defer m.unsubscribe(sub)
-	if err := m.sendFrame(stream, snapshot); err != nil {
+	send := func(f []byte) error {
+		if reply.Version < wireVersion {
+			var err error
+			if f, err = downgrade(f); err != nil {
+				return status.Error(codes.Internal, err.Error())
+			}
+		}
+		return m.sendFrame(stream, f)
+	}
+	if err := send(snapshot); err != nil {
 		return err
 	}
 	ctx := stream.Context()
@@ -106,7 +116,7 @@ func (m *Mesh) serveFollower(stream grpc.ServerStream, first []byte) error {
 				m.m.overflows.Inc()
 				return status.Error(codes.ResourceExhausted, errOverflow.Error())
 			}
-			if err := m.sendFrame(stream, f); err != nil {
+			if err := send(f); err != nil {
 				return err
 			}
 		}

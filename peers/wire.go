@@ -27,10 +27,17 @@ import (
 //	               'L' id, source str, ratio, fits (bit 0: TTFT, bit 1: decode),
 //	               then per fit X[0..4], Y (and for TTFT, Seen); every float is float32 bits
 //
-// An events frame with no event is a heartbeat. Version 2 added 'L';
-// replicas of different versions refuse each other's streams.
+// An events frame with no event is a heartbeat. Version 2 added 'L'. A
+// replica speaks the follower's version, as its hello names it, down to
+// version 1 (downgrade drops the lessons), and a follower whose version a
+// replica refuses says hello again in version 1, so that replicas of both
+// versions share their ledgers during a rolling upgrade.
 
-const wireVersion = 2
+const (
+	wireVersion = 2
+	// minWireVersion is the oldest version spoken.
+	minWireVersion = 1
+)
 
 // Frame kinds.
 const (
@@ -70,6 +77,9 @@ var ErrFrame = errors.New("peers: malformed frame")
 // hello opens a stream in each direction: the follower's carries a nonce,
 // the replica's the proof that it knows the token (HMAC of the nonce).
 type hello struct {
+	// Version is the wire version the hello is in (0: wireVersion): the
+	// follower's is the one it speaks, the replica's the one it answers in.
+	Version   byte
 	ID        uint64
 	Name      string
 	Advertise string
@@ -85,7 +95,11 @@ func appendString(b []byte, s string) []byte {
 
 // appendHello encodes h; proof selects which of Nonce and Proof is sent.
 func appendHello(b []byte, h hello, proof bool) []byte {
-	b = append(b, wireVersion, kindHello)
+	v := h.Version
+	if v == 0 {
+		v = wireVersion
+	}
+	b = append(b, v, kindHello)
 	b = binary.AppendUvarint(b, h.ID)
 	b = appendString(b, h.Name)
 	b = appendString(b, h.Advertise)
@@ -189,9 +203,12 @@ func (e *encoder) fit(f *scoring.Fit) {
 // frame returns the events frame, sent at now: header, the age of the
 // times' base (now − the reset's moment), count, events. The result is a
 // new slice the caller owns.
-func (e *encoder) frame(now time.Time) []byte {
+func (e *encoder) frame(now time.Time) []byte { return e.frameIn(wireVersion, now) }
+
+// frameIn is frame in wire version v; the events must be v's.
+func (e *encoder) frameIn(v byte, now time.Time) []byte {
 	out := make([]byte, 0, len(e.b)+20)
-	out = append(out, wireVersion, kindEvents)
+	out = append(out, v, kindEvents)
 	out = binary.AppendUvarint(out, uint64(max(now.Sub(e.at), 0)))
 	out = binary.AppendUvarint(out, uint64(e.n))
 	return append(out, e.b...)
@@ -202,6 +219,8 @@ type reader struct {
 	b   []byte
 	off int
 	err error
+	// version is the frame's, once its header is read.
+	version byte
 }
 
 func (r *reader) fail(format string, args ...any) {
@@ -326,8 +345,8 @@ func (r *reader) at(base time.Time) time.Time {
 
 // header checks the version and returns the frame's kind.
 func (r *reader) header() byte {
-	if v := r.byte1(); r.err == nil && v != wireVersion {
-		r.fail("version %d, want %d", v, wireVersion)
+	if r.version = r.byte1(); r.err == nil && (r.version < minWireVersion || r.version > wireVersion) {
+		r.fail("version %d, want %d to %d", r.version, minWireVersion, wireVersion)
 	}
 	k := r.byte1()
 	if r.err == nil && k != kindHello && k != kindEvents {
@@ -344,6 +363,7 @@ func decodeHello(b []byte, proof bool) (hello, error) {
 	if k := r.header(); r.err == nil && k != kindHello {
 		r.fail("kind %q, want hello", k)
 	}
+	h.Version = r.version
 	h.ID = r.uvarint()
 	h.Name = r.str()
 	h.Advertise = r.str()
@@ -411,6 +431,10 @@ func decodeEvents(dst []scoring.PeerEvent, b []byte, arrived time.Time) ([]scori
 		case tagEnded:
 			out = append(out, scoring.PeerEvent{Kind: scoring.PeerEnded, ID: r.uvarint()})
 		case tagLesson:
+			if r.version < 2 {
+				r.fail("a lesson in a version %d frame", r.version)
+				break
+			}
 			ev := scoring.PeerEvent{Kind: scoring.PeerEnded, ID: r.uvarint()}
 			r.lesson(&ev.Lesson)
 			out = append(out, ev)
@@ -425,4 +449,38 @@ func decodeEvents(dst []scoring.PeerEvent, b []byte, arrived time.Time) ([]scori
 		return dst, r.err
 	}
 	return out, nil
+}
+
+// downgrade re-encodes events frame f for a follower of wire version 1:
+// the same events, with ends that teach nothing. Times keep their offsets
+// from the frame's send time.
+func downgrade(f []byte) ([]byte, error) {
+	at := time.Unix(0, 0)
+	evs, err := decodeEvents(nil, f, at)
+	if err != nil {
+		return nil, err
+	}
+	var e encoder
+	e.reset(at)
+	e.events(evs, false)
+	return e.frameIn(1, at), nil
+}
+
+// events encodes decoded events again; ends carry their lessons when
+// lessons is set.
+func (e *encoder) events(evs []scoring.PeerEvent, lessons bool) {
+	for i := range evs {
+		switch ev := &evs[i]; ev.Kind {
+		case scoring.PeerReserved:
+			e.reserved(&ev.Assignment)
+		case scoring.PeerFirstToken:
+			e.firstToken(ev.ID, ev.At)
+		case scoring.PeerEnded:
+			var l *scoring.Lesson
+			if lessons {
+				l = &ev.Lesson
+			}
+			e.ended(ev.ID, l)
+		}
+	}
 }

@@ -89,9 +89,40 @@ func TestLessonRoundTrip(t *testing.T) {
 	}
 }
 
+// TestDowngrade: a frame re-encoded for a version 1 follower holds the same
+// events at the same times, its ends without lessons, and no tag version 1
+// lacks.
+func TestDowngrade(t *testing.T) {
+	t.Parallel()
+	sent := time.Unix(1_800_000_000, 0)
+	var e encoder
+	e.reset(sent)
+	e.reserved(&scoring.SharedAssignment{ID: 1, Worker: "w", Decided: sent.Add(-time.Millisecond), Uncached: 64, SpecKeys: []uint64{3}})
+	e.firstToken(1, sent.Add(-2*time.Millisecond))
+	e.ended(1, &testLesson)
+	f := e.frame(sent.Add(4 * time.Millisecond))
+	old, err := downgrade(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old[0] != 1 {
+		t.Fatalf("downgraded frame in version %d, want 1", old[0])
+	}
+	recv := time.Unix(5000, 0)
+	want, err := decodeEvents(nil, f, recv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want[2].Lesson = scoring.Lesson{}
+	got, err := decodeEvents(nil, old, recv)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("downgraded: %+v, %v\nwant %+v", got, err, want)
+	}
+}
+
 func TestHelloRoundTrip(t *testing.T) {
 	t.Parallel()
-	h := hello{ID: 1 << 60, Name: "warmpath-0", Advertise: "10.0.0.1:9002"}
+	h := hello{Version: wireVersion, ID: 1 << 60, Name: "warmpath-0", Advertise: "10.0.0.1:9002"}
 	h.Nonce[3], h.Proof[31] = 9, 8
 	for _, proof := range []bool{false, true} {
 		got, err := decodeHello(appendHello(nil, h, proof), proof)
@@ -156,6 +187,7 @@ func TestDecodeRejects(t *testing.T) {
 			l.Ratio = math.NaN()
 			return l
 		}())},
+		{"lesson in a version 1 frame", lessonFrame(func(b []byte) { b[0] = 1 }, testLesson)},
 		{"huge key count", []byte{wireVersion, kindEvents, 0, 1, tagReserved, 1, 1, 'w', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}},
 	}
 	for _, tc := range tests {
@@ -167,6 +199,9 @@ func TestDecodeRejects(t *testing.T) {
 		})
 	}
 }
+
+// version is the version byte of frame b.
+func version(b []byte) byte { return b[0] }
 
 // lessonFrame is a frame with the end of one assignment teaching l, edited
 // by edit when not nil.
@@ -206,17 +241,8 @@ func FuzzDecodeEvents(f *testing.F) {
 		}
 		var e encoder
 		e.reset(base)
-		for i := range evs {
-			switch ev := &evs[i]; ev.Kind {
-			case scoring.PeerReserved:
-				e.reserved(&ev.Assignment)
-			case scoring.PeerFirstToken:
-				e.firstToken(ev.ID, ev.At)
-			case scoring.PeerEnded:
-				e.ended(ev.ID, &ev.Lesson)
-			}
-		}
-		again, err := decodeEvents(nil, e.frame(e.at), base)
+		e.events(evs, true)
+		again, err := decodeEvents(nil, e.frameIn(version(b), e.at), base)
 		if err != nil || !reflect.DeepEqual(again, evs) {
 			t.Fatalf("re-encoded frame decodes as %+v, %v; want %+v", again, err, evs)
 		}
