@@ -54,7 +54,7 @@ func (f *fakeLedger) ApplyPeer(peer string, evs []scoring.PeerEvent) {
 		case scoring.PeerEnded:
 			delete(m, ev.ID)
 			f.ended = max(f.ended, ev.ID)
-			if ev.Lesson.TTFT.OK || ev.Lesson.Decode.OK {
+			if ev.Lesson.Teaches() {
 				f.lessons = append(f.lessons, ev.Lesson)
 			}
 		}

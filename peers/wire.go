@@ -163,7 +163,7 @@ func (e *encoder) firstToken(id uint64, at time.Time) {
 // ended encodes the end of id, with l when it teaches anything.
 func (e *encoder) ended(id uint64, l *scoring.Lesson) {
 	e.n++
-	if l == nil || (!l.TTFT.OK && !l.Decode.OK) {
+	if l == nil || !l.Teaches() {
 		e.b = append(e.b, tagEnded)
 		e.b = binary.AppendUvarint(e.b, id)
 		return

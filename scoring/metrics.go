@@ -136,13 +136,12 @@ func (m *metrics) learned(worker string, l learned, log *slog.Logger) {
 		m.resets.Inc()
 		log.Info("worker changed speed: calibration restarted from the prior's uncertainty", "worker", worker)
 	}
-	m.prefillPerTok.WithLabelValues(worker).Set(l.model.PrefillPerToken)
-	m.stepOverhead.WithLabelValues(worker).Set(l.model.StepOverhead)
+	var dec *StepModel
 	if l.decoded {
 		m.decodeFits.Inc()
-		m.decodeStep.WithLabelValues(worker).Set(l.decodeModel.StepOverhead)
-		m.decodePerSeq.WithLabelValues(worker).Set(l.decodeModel.DecodePerSeq)
+		dec = &l.decodeModel
 	}
+	m.models(worker, l.model, dec)
 	if l.checked {
 		m.cachedCheck.WithLabelValues(l.cachedResult).Inc()
 	}
@@ -170,9 +169,9 @@ func (m *metrics) silence(worker string, c silenceChange, log *slog.Logger) {
 	}
 }
 
-// relaxed shows worker's models after relaxIdle restarted them: the step
-// model, and the decode model when dec is not nil (it was measured).
-func (m *metrics) relaxed(worker string, cal StepModel, dec *StepModel) {
+// models shows worker's step model, and its decode model when dec is not
+// nil (it was fitted or restarted).
+func (m *metrics) models(worker string, cal StepModel, dec *StepModel) {
 	m.prefillPerTok.WithLabelValues(worker).Set(cal.PrefillPerToken)
 	m.stepOverhead.WithLabelValues(worker).Set(cal.StepOverhead)
 	if dec != nil {

@@ -169,7 +169,7 @@ func (r *Router) decide(ctx context.Context, req *Request, ws Workers, commit bo
 				d := st.dec.model()
 				dec = &d
 			}
-			r.m.relaxed(w, st.cal.model(), dec)
+			r.m.models(w, st.cal.model(), dec)
 		}
 		r.m.idleRestarts.Add(float64(len(relaxed)))
 	}

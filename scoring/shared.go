@@ -76,8 +76,8 @@ type Fit struct {
 	Y, Seen float64
 }
 
-// teaches reports whether l holds an observation.
-func (l Lesson) teaches() bool { return l.TTFT.OK || l.Decode.OK }
+// Teaches reports whether l holds an observation.
+func (l Lesson) Teaches() bool { return l.TTFT.OK || l.Decode.OK }
 
 // LedgerSink is told of every change to the router's own ledger so that it
 // can be shared: Reserved once per committed decision (after its
@@ -161,7 +161,7 @@ func (r *Router) ApplyPeer(peer string, evs []PeerEvent) {
 				delete(r.ledger.remote, k)
 				a.ledger.remove(a, now)
 				a.ledger.pruneEnded(a.ledger.lastScrape)
-				if !r.noPeerLessons && ev.Lesson.teaches() {
+				if !r.noPeerLessons && ev.Lesson.Teaches() {
 					lessons = append(lessons, peerLesson{worker: a.worker, lesson: ev.Lesson})
 				}
 			}
