@@ -1,9 +1,7 @@
 package tokenize
 
 import (
-	"hash/maphash"
 	"math/bits"
-	"slices"
 	"sync/atomic"
 )
 
@@ -111,10 +109,9 @@ type bpeModel struct {
 	// for all writers, so races only repeat work.
 	whole []uint32
 
-	// words caches the ids of merged words that are not one token (see
-	// mergeCached); nil disables it.
-	words    []atomic.Pointer[cachedWord]
-	wordSeed maphash.Seed
+	// words caches the ids of short merged words (see mergeWord); nil
+	// disables it.
+	words *wordCache
 }
 
 // sentencePieceSplit enables cutting words before U+2581 where exact.
@@ -142,37 +139,6 @@ type bpeScratch struct {
 	prev  []int32
 	next  []int32
 	heap  []uint64
-}
-
-// Bounds of the merged-word cache (bpeModel.words): words longer than
-// maxCachedWord bytes are merged every time.
-const (
-	maxCachedWord = 32
-	wordCacheBits = 16
-)
-
-// cachedWord is one entry of the merged-word cache.
-type cachedWord struct {
-	word string
-	ids  []uint32
-}
-
-// mergeCached is merge, answered from the model's merged-word cache when w
-// was merged before. The cache is direct-mapped and lock-free: a slot holds
-// the latest word hashed to it, so concurrent encodes share it and a
-// collision only costs a merge.
-func (m *bpeModel) mergeCached(w []byte, ids []uint32, sc *bpeScratch) []uint32 {
-	if len(w) > maxCachedWord || m.words == nil {
-		return m.merge(w, ids, sc)
-	}
-	slot := &m.words[maphash.Bytes(m.wordSeed, w)&(1<<wordCacheBits-1)]
-	if c := slot.Load(); c != nil && c.word == string(w) {
-		return append(ids, c.ids...)
-	}
-	n := len(ids)
-	ids = m.merge(w, ids, sc)
-	slot.Store(&cachedWord{word: string(w), ids: slices.Clone(ids[n:])})
-	return ids
 }
 
 // smallWord is the length up to which the quadratic merge loop beats the heap.
@@ -204,8 +170,24 @@ func (m *bpeModel) encodeWord(w []byte, ids []uint32, sc *bpeScratch) []uint32 {
 	return m.mergeWord(w, ids, sc)
 }
 
-// mergeWord appends the ids of w after all merges.
+// mergeWord appends the ids of w after all merges, from the merged-word
+// cache when w was merged before.
 func (m *bpeModel) mergeWord(w []byte, ids []uint32, sc *bpeScratch) []uint32 {
+	if m.words == nil {
+		return m.mergeUncached(w, ids, sc)
+	}
+	if out, ok := m.words.get(w, ids); ok {
+		return out
+	}
+	n := len(ids)
+	ids = m.mergeUncached(w, ids, sc)
+	m.words.put(w, ids[n:])
+	return ids
+}
+
+// mergeUncached is mergeWord without the merged-word cache: a word that is
+// one vocabulary token skips the merge loop once that is known.
+func (m *bpeModel) mergeUncached(w []byte, ids []uint32, sc *bpeScratch) []uint32 {
 	if len(w) <= smallWord {
 		if id, ok := m.vocab[string(w)]; ok && int(id) < len(m.whole) {
 			switch atomic.LoadUint32(&m.whole[id]) {
@@ -223,7 +205,7 @@ func (m *bpeModel) mergeWord(w []byte, ids []uint32, sc *bpeScratch) []uint32 {
 			}
 		}
 	}
-	return m.mergeCached(w, ids, sc)
+	return m.merge(w, ids, sc)
 }
 
 // merge appends the ids of w after all merges, without shortcuts.

@@ -4,9 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"hash/maphash"
+	"math/rand/v2"
 	"strconv"
-	"sync/atomic"
 )
 
 type patternJSON struct {
@@ -231,7 +230,7 @@ func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, []string, error
 	}
 	idToToken := make([]string, int(maxID)+1)
 	m.whole = make([]uint32, int(maxID)+1)
-	m.words, m.wordSeed = make([]atomic.Pointer[cachedWord], 1<<wordCacheBits), maphash.MakeSeed()
+	m.words = newWordCache(wordCacheBits, rand.Uint64())
 	// key appends the model's key of a token as spelled in the file.
 	key := func(dst, s []byte) ([]byte, bool) {
 		if !byteLevel {

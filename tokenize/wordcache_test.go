@@ -1,0 +1,124 @@
+package tokenize
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+)
+
+// TestPackWordMatchesCopy checks the overlapping loads against the plain
+// model: the word copied into 24 zeroed bytes and read as three words.
+func TestPackWordMatchesCopy(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for n := 0; n <= wordCacheMaxLen; n++ {
+		for range 50 {
+			w := make([]byte, n)
+			for i := range w {
+				w[i] = byte(r.UintN(256))
+			}
+			var b [wordCacheMaxLen]byte
+			copy(b[:], w)
+			want := [3]uint64{binary.LittleEndian.Uint64(b[0:]), binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:])}
+			if got := packWord(w); got != want {
+				t.Fatalf("packWord(%x) = %x, want %x", w, got, want)
+			}
+		}
+	}
+}
+
+func TestWordCacheGetPut(t *testing.T) {
+	c := newWordCache(wordCacheBits, 7)
+	ids := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
+	for n := 1; n <= wordCacheMaxLen; n++ {
+		w := []byte("abcdefghijklmnopqrstuvwxyz"[:n])
+		want := ids[:1+n%wordCacheMaxIDs]
+		c.put(w, want)
+		got, ok := c.get(w, []uint32{99})
+		if !ok || !slices.Equal(got, append([]uint32{99}, want...)) {
+			t.Fatalf("get(%q) = %v, %v after put %v", w, got, ok, want)
+		}
+	}
+	if _, ok := c.get([]byte("never put"), nil); ok {
+		t.Error("a word never put was found")
+	}
+	// A prefix of a cached word is another word: same bytes, other length.
+	c.put([]byte("ab\x00"), []uint32{5})
+	if got, ok := c.get([]byte("ab"), nil); ok && !slices.Equal(got, ids[:1+2%wordCacheMaxIDs]) {
+		t.Errorf("get(ab) = %v, the ids of ab\\x00", got)
+	}
+	long := []byte("a word longer than the slot holds")
+	c.put(long, []uint32{1})
+	if _, ok := c.get(long, nil); ok {
+		t.Error("a word over wordCacheMaxLen bytes was cached")
+	}
+	many := []byte("many")
+	c.put(many, make([]uint32, wordCacheMaxIDs+1))
+	if _, ok := c.get(many, nil); ok {
+		t.Error("a word of more than wordCacheMaxIDs ids was cached")
+	}
+	c.put(nil, []uint32{1})
+	if _, ok := c.get(nil, nil); ok {
+		t.Error("the empty word was cached")
+	}
+}
+
+// TestWordCacheCollisionReplaces fills a cache of one slot's worth of
+// words: each put replaces the one before, whose get then misses.
+func TestWordCacheCollisionReplaces(t *testing.T) {
+	c := newWordCache(wordCacheBits, 3)
+	first := []byte("first")
+	c.put(first, []uint32{1})
+	s := c.slot(packWord(first), len(first))
+	for i := 0; ; i++ {
+		w := fmt.Appendf(nil, "w%d", i)
+		if c.slot(packWord(w), len(w)) != s {
+			continue
+		}
+		c.put(w, []uint32{2, 3})
+		if _, ok := c.get(first, nil); ok {
+			t.Fatal("the replaced word still answers")
+		}
+		if got, ok := c.get(w, nil); !ok || !slices.Equal(got, []uint32{2, 3}) {
+			t.Fatalf("get(%s) = %v, %v", w, got, ok)
+		}
+		return
+	}
+}
+
+// TestWordCacheConcurrent has writers and readers share slots: every hit
+// must be the ids of the word asked for (run with -race too).
+func TestWordCacheConcurrent(t *testing.T) {
+	c := newWordCache(2, 1) // four slots: constant collisions
+	idsOf := func(w []byte) []uint32 {
+		out := make([]uint32, 1+len(w)%wordCacheMaxIDs)
+		for i := range out {
+			out[i] = uint32(w[0])<<8 | uint32(len(w))<<16 | uint32(i)
+		}
+		return out
+	}
+	words := make([][]byte, 64)
+	for i := range words {
+		words[i] = fmt.Appendf(nil, "%c%s", 'a'+i%26, "xxxxxxxxxxxxxxxxxxxxxx"[:i%20])
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 9))
+			for range 20000 {
+				w := words[r.IntN(len(words))]
+				if got, ok := c.get(w, nil); ok {
+					if !slices.Equal(got, idsOf(w)) {
+						t.Errorf("get(%s) = %v, want %v", w, got, idsOf(w))
+						return
+					}
+					continue
+				}
+				c.put(w, idsOf(w))
+			}
+		})
+	}
+	wg.Wait()
+}
