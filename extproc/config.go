@@ -41,6 +41,11 @@ type Config struct {
 	// answered 408, so a client trickling its body cannot hold a stream
 	// and its buffer. Default 60s.
 	BodyTimeout time.Duration `yaml:"body_timeout"`
+	// MessageCacheMiB bounds the cache of parsed messages: the next turn
+	// of a conversation repeats every earlier message byte for byte, and a
+	// repeated message is found by its bytes and not decoded again. 0
+	// turns it off. Default 64.
+	MessageCacheMiB int `yaml:"message_cache_mib"`
 	// BodyMode is assumed when Envoy sends no protocol_config (before
 	// 1.34): "full_duplex" (default; FULL_DUPLEX_STREAMED both ways) or
 	// "buffered" (BUFFERED request, STREAMED response).
@@ -108,6 +113,7 @@ func DefaultConfig() Config {
 		MaxResponseBytes:  4 << 20,
 		MaxBufferedBytes:  256 << 20,
 		BodyTimeout:       time.Minute,
+		MessageCacheMiB:   64,
 		BodyMode:          "full_duplex",
 		AssignmentTTL:     30 * time.Minute,
 		RetryAfter:        1,
@@ -131,6 +137,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBufferedBytes < int64(c.MaxBodyBytes) {
 		bad("max_buffered_bytes: must be at least max_body_bytes (%d), got %d", c.MaxBodyBytes, c.MaxBufferedBytes)
+	}
+	if c.MessageCacheMiB < 0 {
+		bad("message_cache_mib: must not be negative")
 	}
 	if c.BodyTimeout <= 0 {
 		bad("body_timeout: must be positive")

@@ -125,15 +125,16 @@ func badf(format string, args ...any) error { return &badRequest{fmt.Sprintf(for
 // CacheSalt, TokenIDs, Prompt and Body; it returns the request's input
 // messages (or prompt) JSON for span capture. defaultModel is used when the
 // body names none (vLLM serves its only model then); empty means the model
-// is required. Errors are *badRequest.
-func parseBody(r *scoring.Request, raw []byte, defaultModel string) (input []byte, err error) {
+// is required. bodies parses it (nil: without a message cache). Errors are
+// *badRequest.
+func parseBody(r *scoring.Request, raw []byte, defaultModel string, bodies *tokenize.BodyParser) (input []byte, err error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, badf("request body is empty; expected a JSON object")
 	}
 	if t := bytes.TrimSpace(raw); t[0] != '{' && json.Valid(t) {
 		return nil, badf("request body must be a JSON object")
 	}
-	pb, err := tokenize.ParseBody(raw)
+	pb, err := bodies.Parse(raw)
 	if err != nil {
 		return nil, badf("request body is not valid JSON: %v", strings.TrimPrefix(err.Error(), tokenize.ErrBadRequest.Error()+": invalid JSON: "))
 	}
@@ -249,6 +250,6 @@ func ParseRequest(method, path string, body []byte, defaultModel string) (scorin
 	if r.API == scoring.APIOther {
 		return r, badf("path %q is not a generation endpoint", path)
 	}
-	_, err := parseBody(&r, body, defaultModel)
+	_, err := parseBody(&r, body, defaultModel, nil)
 	return r, err
 }

@@ -65,7 +65,7 @@ func TestParseBody(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r := scoring.Request{API: tc.api}
-			_, err := parseBody(&r, []byte(tc.body), tc.def)
+			_, err := parseBody(&r, []byte(tc.body), tc.def, nil)
 			if tc.wantErr {
 				var br *badRequest
 				if !errors.As(err, &br) {
@@ -112,10 +112,10 @@ func TestPromptOf(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ra, rb := scoring.Request{API: tc.api}, scoring.Request{API: tc.api}
-			if _, err := parseBody(&ra, []byte(tc.a), ""); err != nil {
+			if _, err := parseBody(&ra, []byte(tc.a), "", nil); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := parseBody(&rb, []byte(tc.b), ""); err != nil {
+			if _, err := parseBody(&rb, []byte(tc.b), "", nil); err != nil {
 				t.Fatal(err)
 			}
 			if len(ra.Prompt) == 0 || string(ra.Body) != tc.a {
@@ -137,7 +137,7 @@ func FuzzParseBody(f *testing.F) {
 	apis := []scoring.API{scoring.APIChat, scoring.APICompletions, scoring.APIMessages}
 	f.Fuzz(func(t *testing.T, body string, api uint8) {
 		r := scoring.Request{API: apis[int(api)%len(apis)]}
-		_, err := parseBody(&r, []byte(body), "")
+		_, err := parseBody(&r, []byte(body), "", nil)
 		var br *badRequest
 		if err != nil && !errors.As(err, &br) {
 			t.Fatalf("error of type %T: %v", err, err)

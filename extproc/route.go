@@ -91,7 +91,7 @@ func (s *Server) decide(ctx context.Context, ex *exchange) (*extprocv3.CommonRes
 		if ms := s.pool.Models(); len(ms) == 1 {
 			def = ms[0]
 		}
-		input, err := parseBody(r, ex.proto.body, def)
+		input, err := parseBody(r, ex.proto.body, def, s.bodies)
 		if err != nil {
 			return nil, nil, &rejection{"invalid_request", 400, err.Error()}
 		}

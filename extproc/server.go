@@ -18,6 +18,7 @@ import (
 	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/scoring"
 	"github.com/warmpath/warmpath/telemetry"
+	"github.com/warmpath/warmpath/tokenize"
 )
 
 // Picker chooses the worker for a request. The scoring package's Router
@@ -93,6 +94,8 @@ type Server struct {
 	inFlight atomic.Int64
 	// buffers bounds the bytes all streams' buffers hold (budget.go).
 	buffers budget
+	// bodies parses request bodies, reusing the messages of earlier turns.
+	bodies *tokenize.BodyParser
 }
 
 // Option configures optional parts of a Server.
@@ -106,6 +109,7 @@ func WithHealth(h HealthReporter) Option { return func(s *Server) { s.health = h
 func New(cfg Config, pool Pool, picker Picker, o component.Options, opts ...Option) (*Server, error) {
 	s := &Server{cfg: cfg, pool: pool, picker: picker, log: o.Log(), now: o.Now()}
 	s.buffers.limit = cfg.MaxBufferedBytes
+	s.bodies = tokenize.NewBodyParser(cfg.MessageCacheMiB << 20)
 	for _, opt := range opts {
 		opt(s)
 	}

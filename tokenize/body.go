@@ -27,8 +27,44 @@ var ErrBodyType = errors.New("invalid field type")
 // json.loads would (vLLM's own parse): keys are case-sensitive, a repeated
 // key keeps its last value, invalid UTF-8 in strings becomes U+FFFD. The
 // error wraps ErrBadRequest and says what is wrong and where.
-func ParseBody(raw []byte) (*Body, error) {
-	root, members, err := jinja.ParseJSONObject(raw)
+func ParseBody(raw []byte) (*Body, error) { return (*BodyParser)(nil).Parse(raw) }
+
+// A BodyParser is ParseBody with a cache of the messages (and other
+// objects in the body's top-level arrays) of recent bodies: turn N+1 of a
+// conversation repeats turn N's messages byte for byte, and those are
+// found by their bytes and reused instead of decoded again. What it
+// returns is what ParseBody returns. A nil *BodyParser parses without a
+// cache. A BodyParser is safe for concurrent use.
+type BodyParser struct{ cache *jinja.JSONCache }
+
+// NewBodyParser returns a parser whose cache holds about cacheBytes; zero
+// or less means no cache.
+func NewBodyParser(cacheBytes int) *BodyParser {
+	if cacheBytes <= 0 {
+		return nil
+	}
+	return &BodyParser{cache: jinja.NewJSONCache(cacheBytes)}
+}
+
+// BodyCacheStats are a BodyParser's counters: messages reused and decoded,
+// and what its cache holds.
+type BodyCacheStats = jinja.JSONCacheStats
+
+// Stats returns the cache's counters (zero for a nil parser).
+func (p *BodyParser) Stats() BodyCacheStats {
+	if p == nil {
+		return BodyCacheStats{}
+	}
+	return p.cache.Stats()
+}
+
+// Parse is ParseBody through the parser's cache.
+func (p *BodyParser) Parse(raw []byte) (*Body, error) {
+	var cache *jinja.JSONCache
+	if p != nil {
+		cache = p.cache
+	}
+	root, members, err := jinja.ParseJSONObject(raw, cache)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}

@@ -51,10 +51,12 @@ type Member struct {
 // ParseJSONObject is ParseJSON for a document that must be an object. It
 // also returns the object's members in document order (a repeated key
 // appears each time; its last value is the one the Dict holds), so a caller
-// can read a member's raw JSON without parsing the document again.
-func ParseJSONObject(data []byte) (*Dict, []Member, error) {
+// can read a member's raw JSON without parsing the document again. With a
+// cache (nil means none), the objects in the document's top-level arrays
+// are looked up there by their bytes and reused (JSONCache).
+func ParseJSONObject(data []byte, cache *JSONCache) (*Dict, []Member, error) {
 	var members []Member
-	p := jsonParser{s: data, top: &members}
+	p := jsonParser{s: data, top: &members, cache: cache}
 	p.ws()
 	if p.i >= len(p.s) || p.s[p.i] != '{' {
 		return nil, nil, p.errf("expected a JSON object")
@@ -71,9 +73,10 @@ func ParseJSONObject(data []byte) (*Dict, []Member, error) {
 }
 
 type jsonParser struct {
-	s   []byte
-	i   int
-	top *[]Member // where the top-level object's members are recorded, if not nil
+	s     []byte
+	i     int
+	top   *[]Member // where the top-level object's members are recorded, if not nil
+	cache *JSONCache
 }
 
 func (p *jsonParser) errf(format string, a ...any) error {
@@ -155,7 +158,7 @@ func (p *jsonParser) value(depth int) (Value, error) {
 		}
 		for {
 			p.ws()
-			v, err := p.value(depth + 1)
+			v, err := p.element(depth + 1)
 			if err != nil {
 				return nil, err
 			}
@@ -186,6 +189,29 @@ func (p *jsonParser) value(depth int) (Value, error) {
 		return p.num()
 	}
 	return nil, p.errf("unexpected character %q", p.s[p.i])
+}
+
+// element parses an array element: through the cache when it is an object
+// in a top-level array, else as any value.
+func (p *jsonParser) element(depth int) (Value, error) {
+	if p.cache == nil || depth != 2 || p.i >= len(p.s) || p.s[p.i] != '{' {
+		return p.value(depth)
+	}
+	start := p.i
+	end, ok := skipValue(p.s, start)
+	if !ok || end-start < minCachedElement {
+		return p.value(depth)
+	}
+	key, v, hit := p.cache.get(p.s[start:end])
+	if hit {
+		p.i = end
+		return v, nil
+	}
+	v, err := p.value(depth)
+	if err == nil && p.i == end {
+		p.cache.put(key, p.s[start:end], v)
+	}
+	return v, err
 }
 
 func (p *jsonParser) lit(word string, v Value) (Value, error) {
