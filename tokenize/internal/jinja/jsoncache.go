@@ -38,6 +38,10 @@ type jsonEntry struct {
 	v   Value
 }
 
+// size is what an entry counts against the budget: its bytes, about as
+// much again of decoded value, and the entry itself.
+func (e *jsonEntry) size() int { return 2*len(e.raw) + 128 }
+
 // JSONCacheStats are a JSONCache's counters.
 type JSONCacheStats struct {
 	Hits, Misses uint64 // elements reused or decoded
@@ -79,18 +83,18 @@ func (c *JSONCache) get(raw []byte) (uint64, Value, bool) {
 }
 
 func (c *JSONCache) put(key uint64, raw []byte, v Value) {
-	size := 2*len(raw) + 128 // the bytes, about as much again of decoded value, the entry
-	if size > c.maxBytes/4 {
+	e := &jsonEntry{key: key, raw: raw, v: v}
+	if e.size() > c.maxBytes/4 {
 		return
 	}
-	e := &jsonEntry{key: key, raw: bytes.Clone(raw), v: v}
+	e.raw = bytes.Clone(raw)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.byKey[key]; ok {
 		c.remove(old)
 	}
 	c.byKey[key] = c.lru.PushFront(e)
-	c.used += size
+	c.used += e.size()
 	for c.used > c.maxBytes {
 		c.remove(c.lru.Back())
 	}
@@ -99,7 +103,7 @@ func (c *JSONCache) put(key uint64, raw []byte, v Value) {
 func (c *JSONCache) remove(el *list.Element) {
 	e := c.lru.Remove(el).(*jsonEntry)
 	delete(c.byKey, e.key)
-	c.used -= 2*len(e.raw) + 128
+	c.used -= e.size()
 }
 
 // skipValue returns the end of the JSON value that starts at s[i], an
