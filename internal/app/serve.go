@@ -19,12 +19,14 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/warmpath/warmpath/discovery"
 	"github.com/warmpath/warmpath/extproc"
+	"github.com/warmpath/warmpath/internal/bufpool"
 	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/internal/mtls"
 	"github.com/warmpath/warmpath/kvevents"
@@ -184,6 +186,9 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		// with GOAWAY too_many_pings would drop every stream on the connection.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// Bodies go back to Envoy in 64 KiB chunks; the default pool would
+		// clear a 1 MiB buffer for each.
+		experimental.BufferPool(&bufpool.Pool{}),
 	}
 	if cfg.Listen.TLS.Enabled() {
 		tc, err := mtls.Server(cfg.Listen.TLS, p.log.With("component", "tls"))
