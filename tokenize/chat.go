@@ -295,37 +295,53 @@ func prepareMessages(in *jinja.List) (*jinja.List, error) {
 		if !ok {
 			return nil, fmt.Errorf("message %d is not an object: %w", i, ErrBadRequest)
 		}
-		clean := jinja.NewDict(m.Len() + 2)
-		var reasoning jinja.Value
-		// The names a message's reasoning may come under; the first is the
-		// one templates read.
-		for _, f := range [...]string{"reasoning_content", "thinking", "reasoning"} {
-			if v, ok := m.Get(f); ok && v != nil && reasoning == nil {
-				reasoning = v
-			}
-		}
-		if reasoning != nil {
-			clean.Set("thinking", reasoning)
-		}
-		for _, k := range m.Keys() {
-			v, _ := m.Get(k)
-			if v == nil {
-				continue
-			}
-			clean.Set(k, v)
-		}
-		if reasoning != nil {
-			clean.Set("reasoning_content", reasoning)
-		}
-		out.Items[i] = clean
+		out.Items[i] = prepareMessage(m)
 	}
 	return out, nil
 }
 
+// preparedKey files a message's prepared form on its normalized form
+// (jinja.Dict.SetDerived), which a repeated message brings back.
+type preparedKey struct{}
+
+// prepareMessage is prepareMessages of one message.
+func prepareMessage(m *jinja.Dict) *jinja.Dict {
+	if v, ok := m.Derived(preparedKey{}); ok {
+		return v.(*jinja.Dict)
+	}
+	clean := jinja.NewDict(m.Len() + 2)
+	var reasoning jinja.Value
+	// The names a message's reasoning may come under; the first is the
+	// one templates read.
+	for _, f := range [...]string{"reasoning_content", "thinking", "reasoning"} {
+		if v, ok := m.Get(f); ok && v != nil && reasoning == nil {
+			reasoning = v
+		}
+	}
+	if reasoning != nil {
+		clean.Set("thinking", reasoning)
+	}
+	for _, k := range m.Keys() {
+		v, _ := m.Get(k)
+		if v == nil {
+			continue
+		}
+		clean.Set(k, v)
+	}
+	if reasoning != nil {
+		clean.Set("reasoning_content", reasoning)
+	}
+	m.SetDerived(preparedKey{}, clean)
+	return clean
+}
+
 // tagFinalMessage appends transformers' continue tag to the final message's
-// content (or its last text part) and returns the untagged text.
+// content (or its last text part) and returns the untagged text. The
+// message is replaced by a tagged copy: a prepared message may be shared
+// with other requests (prepareMessage).
 func tagFinalMessage(msgs *jinja.List, src string) (string, error) {
-	last, _ := msgs.Items[len(msgs.Items)-1].(*jinja.Dict)
+	last := msgs.Items[len(msgs.Items)-1].(*jinja.Dict).Clone()
+	msgs.Items[len(msgs.Items)-1] = last
 	final, ok := last.Get("content")
 	if !ok || final == nil {
 		return "", fmt.Errorf("continue_final_message: the final message has no content: %w", ErrBadRequest)

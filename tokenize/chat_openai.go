@@ -204,73 +204,92 @@ func normalizeTools(req *jinja.Dict) (jinja.Value, error) {
 // tool_calls kept with string arguments parsed into objects, reasoning
 // under "reasoning" and "reasoning_content", tool_call_id and name kept.
 func normalizeMessages(ml *jinja.List, openaiFormat bool) (*jinja.List, error) {
-	out := &jinja.List{Items: make([]jinja.Value, 0, len(ml.Items))}
+	out := &jinja.List{Items: make([]jinja.Value, len(ml.Items))}
 	for i, it := range ml.Items {
 		m, ok := it.(*jinja.Dict)
 		if !ok {
 			return nil, fmt.Errorf("messages[%d] must be an object: %w", i, ErrBadRequest)
 		}
-		rv, _ := m.Get("role")
-		role, ok := rv.(string)
-		if !ok {
-			return nil, fmt.Errorf("messages[%d].role must be a string: %w", i, ErrBadRequest)
-		}
-		cv, _ := m.Get("content")
-		texts, err := contentTexts(cv, i)
+		nm, err := normalizeMessage(m, i, openaiFormat)
 		if err != nil {
 			return nil, err
 		}
-		nm := jinja.NewDict(6)
-		nm.Set("role", role)
-		if openaiFormat {
-			parts := &jinja.List{Items: make([]jinja.Value, len(texts))}
-			for j, t := range texts {
-				p := jinja.NewDict(2)
-				p.Set("type", "text")
-				p.Set("text", t)
-				parts.Items[j] = p
-			}
-			nm.Set("content", parts)
-		} else {
-			nm.Set("content", strings.Join(texts, "\n"))
-		}
-		switch role {
-		case "assistant":
-			if tc, ok := m.Get("tool_calls"); ok && tc != nil {
-				calls, err := normalizeToolCalls(tc, i)
-				if err != nil {
-					return nil, err
-				}
-				if calls != nil {
-					nm.Set("tool_calls", calls)
-				}
-			}
-			// vLLM reads only "reasoning"; a request's "reasoning_content"
-			// is dropped before the template sees it.
-			if reasoning, _ := m.Get("reasoning"); reasoning != nil {
-				if _, ok := reasoning.(string); !ok {
-					return nil, fmt.Errorf("messages[%d].reasoning must be a string: %w", i, ErrBadRequest)
-				}
-				nm.Set("reasoning", reasoning)
-				nm.Set("reasoning_content", reasoning)
-			}
-		case "tool":
-			if id, ok := m.Get("tool_call_id"); ok {
-				nm.Set("tool_call_id", id)
-			}
-		}
-		if n, ok := m.Get("name"); ok {
-			if _, isStr := n.(string); isStr {
-				nm.Set("name", n)
-			}
-		}
-		if role == "developer" {
-			tools, _ := m.Get("tools")
-			nm.Set("tools", tools)
-		}
-		out.Items = append(out.Items, nm)
+		out.Items[i] = nm
 	}
 	return out, nil
+}
+
+// normalizedKey files a message's normalized form on the message
+// (jinja.Dict.SetDerived): a message the body parser's cache hands out
+// again, turn after turn, is normalized once.
+type normalizedKey struct{ openaiFormat bool }
+
+// normalizeMessage is normalizeMessages of the i-th message.
+func normalizeMessage(m *jinja.Dict, i int, openaiFormat bool) (*jinja.Dict, error) {
+	key := normalizedKey{openaiFormat}
+	if v, ok := m.Derived(key); ok {
+		return v.(*jinja.Dict), nil
+	}
+	rv, _ := m.Get("role")
+	role, ok := rv.(string)
+	if !ok {
+		return nil, fmt.Errorf("messages[%d].role must be a string: %w", i, ErrBadRequest)
+	}
+	cv, _ := m.Get("content")
+	texts, err := contentTexts(cv, i)
+	if err != nil {
+		return nil, err
+	}
+	nm := jinja.NewDict(6)
+	nm.Set("role", role)
+	if openaiFormat {
+		parts := &jinja.List{Items: make([]jinja.Value, len(texts))}
+		for j, t := range texts {
+			p := jinja.NewDict(2)
+			p.Set("type", "text")
+			p.Set("text", t)
+			parts.Items[j] = p
+		}
+		nm.Set("content", parts)
+	} else {
+		nm.Set("content", strings.Join(texts, "\n"))
+	}
+	switch role {
+	case "assistant":
+		if tc, ok := m.Get("tool_calls"); ok && tc != nil {
+			calls, err := normalizeToolCalls(tc, i)
+			if err != nil {
+				return nil, err
+			}
+			if calls != nil {
+				nm.Set("tool_calls", calls)
+			}
+		}
+		// vLLM reads only "reasoning"; a request's "reasoning_content"
+		// is dropped before the template sees it.
+		if reasoning, _ := m.Get("reasoning"); reasoning != nil {
+			if _, ok := reasoning.(string); !ok {
+				return nil, fmt.Errorf("messages[%d].reasoning must be a string: %w", i, ErrBadRequest)
+			}
+			nm.Set("reasoning", reasoning)
+			nm.Set("reasoning_content", reasoning)
+		}
+	case "tool":
+		if id, ok := m.Get("tool_call_id"); ok {
+			nm.Set("tool_call_id", id)
+		}
+	}
+	if n, ok := m.Get("name"); ok {
+		if _, isStr := n.(string); isStr {
+			nm.Set("name", n)
+		}
+	}
+	if role == "developer" {
+		tools, _ := m.Get("tools")
+		nm.Set("tools", tools)
+	}
+	m.SetDerived(key, nm)
+	return nm, nil
 }
 
 // contentTexts returns the text parts of a message's content.

@@ -67,14 +67,7 @@ func mustJSON(t testing.TB, v jinja.Value) string {
 
 func TestRenderRequestGoldens(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile(filepath.Join("testdata", "chat", "expected_requests.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want map[string]string
-	if err := json.Unmarshal(raw, &want); err != nil {
-		t.Fatal(err)
-	}
+	want := loadExpected(t, "requests")
 	var cache templateCache
 	for _, kind := range []string{"openai", "anthropic"} {
 		for _, c := range loadRequestCases(t, kind) {
@@ -231,4 +224,72 @@ func TestRenderOpenAIConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestRenderSharedMessages renders every golden request through one body
+// parser, twice, so that from the second pass on the messages come from
+// its cache and their normalized and prepared forms from the derivations
+// filed on them: each render must still match its golden, and a request
+// that tags its final message (continue_final_message) must not leave the
+// tag on the shared message for the next request that repeats it.
+func TestRenderSharedMessages(t *testing.T) {
+	t.Parallel()
+	want := loadExpected(t, "requests")
+	var cache templateCache
+	bp := NewBodyParser(1 << 20)
+	render := func(c requestCase) {
+		t.Helper()
+		ct := cache.get(t, c.Family)
+		b, err := bp.Parse([]byte(c.Body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ct.renderBody(b, false)
+		w := want["openai/"+c.Name]
+		if strings.HasPrefix(w, "RENDER ERROR") {
+			if err == nil {
+				t.Errorf("%s: rendered %q, want error %s", c.Name, got, w)
+			}
+			return
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.Name, err)
+		} else if got != w {
+			t.Errorf("%s: mismatch\n%s", c.Name, firstDiff(got, w))
+		}
+	}
+	cases := loadRequestCases(t, "openai")
+	for range 2 {
+		for _, c := range cases {
+			render(c)
+		}
+	}
+
+	// The same long messages, first with the final one continued, then
+	// with a user message after it.
+	long := strings.Repeat("a long enough message to be cached ", 4)
+	msgs := `{"role":"user","content":"` + long + `"},{"role":"assistant","content":"` + long + `"}`
+	cont := `{"messages":[` + msgs + `],"add_generation_prompt":false,"continue_final_message":true}`
+	next := `{"messages":[` + msgs + `,{"role":"user","content":"and then?"}]}`
+	ct := cache.get(t, "qwen3")
+	fresh, err := ct.RenderOpenAI([]byte(next))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{cont, next} {
+		b, err := bp.Parse([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ct.renderBody(b, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body == cont && strings.HasSuffix(got, "<|im_end|>\n") {
+			t.Errorf("continued render closes the final message:\n%s", got)
+		}
+		if body == next && got != fresh {
+			t.Errorf("render after a continued one differs from a fresh one\n%s", firstDiff(got, fresh))
+		}
+	}
 }

@@ -119,3 +119,28 @@ func TestLimits(t *testing.T) {
 		})
 	}
 }
+
+func TestDictDerived(t *testing.T) {
+	type keyA struct{ v bool }
+	type keyB struct{}
+	d := NewDict(1)
+	if _, ok := d.Derived(keyA{true}); ok {
+		t.Fatal("a new dict has a derivation")
+	}
+	d.SetDerived(keyA{true}, "x")
+	if v, ok := d.Derived(keyA{true}); !ok || v != "x" {
+		t.Fatalf("Derived(keyA{true}) = %v, %v; want x, true", v, ok)
+	}
+	if _, ok := d.Derived(keyA{false}); ok {
+		t.Fatal("a derivation answered under another key value")
+	}
+	d.SetDerived(keyB{}, "y")
+	if _, ok := d.Derived(keyA{true}); ok {
+		t.Fatal("the replaced derivation still answers")
+	}
+	if c := d.Clone(); c.Len() != d.Len() {
+		t.Fatal("clone lost keys")
+	} else if _, ok := c.Derived(keyB{}); ok {
+		t.Fatal("a clone carries its original's derivation")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -44,6 +45,35 @@ type Dict struct {
 	// orig keeps the first key value inserted under an encoded non-string
 	// key (False stays False even though 0 finds it), as Python does.
 	orig map[string]Value
+	// derived is what a caller computed from this dict (SetDerived).
+	derived atomic.Pointer[derivation]
+}
+
+// derivation is a value computed from a dict, under its caller's key.
+type derivation struct {
+	key any
+	val Value
+}
+
+// Derived returns the value attached to d by SetDerived under key. A
+// caller that derives something from a dict it treats as immutable (the
+// conversation form of a request's message) keeps it on the dict: a dict
+// the JSON cache hands out again brings its derivation along, and the
+// derivation is collected with the dict. Safe for concurrent use.
+func (d *Dict) Derived(key any) (Value, bool) {
+	if p := d.derived.Load(); p != nil && p.key == key {
+		return p.val, true
+	}
+	return nil, false
+}
+
+// SetDerived attaches v to d under key (a comparable value of the
+// caller's own type), replacing what was attached before under any key:
+// a dict holds one derivation. v must be a pure function of d and key,
+// since concurrent callers may each compute and set it. Safe for
+// concurrent use.
+func (d *Dict) SetDerived(key any, v Value) {
+	d.derived.Store(&derivation{key, v})
 }
 
 // setKey sets v under a Python key of any hashable type.
