@@ -26,8 +26,8 @@ import (
 
 	"github.com/warmpath/warmpath/discovery"
 	"github.com/warmpath/warmpath/extproc"
-	"github.com/warmpath/warmpath/internal/bufpool"
 	"github.com/warmpath/warmpath/internal/component"
+	"github.com/warmpath/warmpath/internal/grpcbuf"
 	"github.com/warmpath/warmpath/internal/mtls"
 	"github.com/warmpath/warmpath/kvevents"
 	"github.com/warmpath/warmpath/kvindex"
@@ -180,15 +180,17 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
+	// Bodies go back to Envoy in 64 KiB chunks; grpc-go's default pool
+	// would clear a 1 MiB buffer for each.
+	pool := &grpcbuf.Pool{}
 	sopts := []grpc.ServerOption{
+		experimental.BufferPool(pool),
+		grpc.ForceServerCodecV2(grpcbuf.Codec{Pool: pool}),
 		grpc.MaxRecvMsgSize(cfg.ExtProc.MaxRecvMsgBytes),
 		// Envoy pings per its cluster's connection_keepalive; answering those
 		// with GOAWAY too_many_pings would drop every stream on the connection.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		// Bodies go back to Envoy in 64 KiB chunks; the default pool would
-		// clear a 1 MiB buffer for each.
-		experimental.BufferPool(&bufpool.Pool{}),
 	}
 	if cfg.Listen.TLS.Enabled() {
 		tc, err := mtls.Server(cfg.Listen.TLS, p.log.With("component", "tls"))
