@@ -1133,7 +1133,9 @@ func numop(op string, l, r Value) (Value, error) {
 		q, m := new(big.Int), new(big.Int)
 		q.DivMod(a, b, m) // Euclidean: m >= 0
 		if m.Sign() != 0 && b.Sign() < 0 {
-			q.Add(q, big.NewInt(1))
+			// Python floors: the remainder takes the divisor's sign, and
+			// the quotient is one less than Euclid's (7 // -2 is -4).
+			q.Sub(q, big.NewInt(1))
 			m.Add(m, b)
 		}
 		if op == "//" {
