@@ -91,6 +91,42 @@ func benchRender(b *testing.B, fam string, body []byte) {
 	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
+// BenchmarkRenderOpenAICached is BenchmarkRenderOpenAI for a conversation
+// seen before: its body goes through a warm BodyParser, so the messages
+// come from its cache with their normalized forms, and what is left is the
+// template's own render.
+func BenchmarkRenderOpenAICached(b *testing.B) {
+	for _, size := range []int{8000, 32000} {
+		body := conversationBody(size)
+		for _, fam := range []string{"qwen3", "llama3", "gpt-oss"} {
+			b.Run(fmt.Sprintf("%dK/%s", size/1000, fam), func(b *testing.B) {
+				ct, err := LoadChatTemplate(filepath.Join("testdata", "models", fam), WithClock(goldenNow))
+				if err != nil {
+					b.Fatal(err)
+				}
+				bp := NewBodyParser(64 << 20)
+				render := func() {
+					pb, err := bp.Parse(body)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := ct.renderBody(pb, false); err != nil {
+						b.Fatal(err)
+					}
+				}
+				render()
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				cpu0 := processCPU()
+				for b.Loop() {
+					render()
+				}
+				b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+			})
+		}
+	}
+}
+
 // BenchmarkParseJSON32K isolates the request-body decoding step.
 func BenchmarkParseJSON32K(b *testing.B) {
 	body := conversationBody(32000)

@@ -28,15 +28,27 @@ const maxCallDepth = 200
 const maxOutput = 1 << 28
 
 type scope struct {
-	vars   map[string]Value
+	// The first scopeInline names set live inline (most scopes are a loop
+	// iteration's: loop and the loop's targets); the rest in more.
+	names  [scopeInline]string
+	vals   [scopeInline]Value
+	n      int
+	more   map[string]Value
 	parent *scope
 }
+
+const scopeInline = 4
 
 func newScope(parent *scope) *scope { return &scope{parent: parent} }
 
 func (s *scope) lookup(name string) (Value, bool) {
 	for c := s; c != nil; c = c.parent {
-		if v, ok := c.vars[name]; ok {
+		for i := range c.n {
+			if c.names[i] == name {
+				return c.vals[i], true
+			}
+		}
+		if v, ok := c.more[name]; ok {
 			return v, true
 		}
 	}
@@ -44,10 +56,21 @@ func (s *scope) lookup(name string) (Value, bool) {
 }
 
 func (s *scope) set(name string, v Value) {
-	if s.vars == nil {
-		s.vars = make(map[string]Value, 4)
+	for i := range s.n {
+		if s.names[i] == name {
+			s.vals[i] = v
+			return
+		}
 	}
-	s.vars[name] = v
+	if _, ok := s.more[name]; ok || s.n == scopeInline {
+		if s.more == nil {
+			s.more = make(map[string]Value, 4)
+		}
+		s.more[name] = v
+		return
+	}
+	s.names[s.n], s.vals[s.n] = name, v
+	s.n++
 }
 
 // Macro is a template macro bound to the scope it was defined in.
@@ -97,6 +120,9 @@ func (r *renderer) exec(out *strings.Builder, n node, s *scope) (ctrl, error) {
 	case *outputNode:
 		out.WriteString(n.text)
 	case *printNode:
+		if a, ok := n.x.(*binExpr); ok && a.op == "+" {
+			return ctrlNone, r.printAdd(out, a, s)
+		}
 		v, err := r.eval(n.x, s)
 		if err != nil {
 			return ctrlNone, err
@@ -240,11 +266,12 @@ func (r *renderer) execFor(out *strings.Builder, n *forNode, s *scope) (ctrl, er
 		}
 	}
 	for i, v := range items {
-		// A fresh scope per iteration: assignments never outlive it.
-		is := &scope{parent: s, vars: make(map[string]Value, 4)}
-		l := *loop
-		l.index = i
-		is.vars["loop"] = &l
+		// A fresh scope per iteration: assignments never outlive it. The
+		// scope and its loop variable are one allocation.
+		it := &iteration{scope: scope{parent: s}, loop: *loop}
+		it.loop.index = i
+		is := &it.scope
+		is.set("loop", &it.loop)
 		if err := assign(is, n.targets, v); err != nil {
 			return ctrlNone, err
 		}
@@ -257,6 +284,12 @@ func (r *renderer) execFor(out *strings.Builder, n *forNode, s *scope) (ctrl, er
 		}
 	}
 	return ctrlNone, nil
+}
+
+// iteration is a loop iteration's scope with its loop variable.
+type iteration struct {
+	scope scope
+	loop  LoopInfo
 }
 
 // iterate returns the items Python's iter() would yield.
@@ -459,7 +492,54 @@ func (r *renderer) eval(e expr, s *scope) (Value, error) {
 // is a plain string it builds the result once instead of copying each
 // intermediate sum, which is what templates spend most of their time on.
 func (r *renderer) evalAdd(e *binExpr, s *scope) (Value, error) {
-	var operands []expr
+	var buf [8]Value
+	vals, n, err := r.addOperands(e, s, buf[:0])
+	if err != nil {
+		return nil, err
+	}
+	if n >= 0 {
+		var b strings.Builder
+		b.Grow(n)
+		for _, v := range vals {
+			b.WriteString(v.(string))
+		}
+		return b.String(), nil
+	}
+	return foldAdd(vals)
+}
+
+// printAdd prints a chain of + as evalAdd would give it, except that a
+// chain of strings is written piece by piece instead of concatenated
+// first: a turn's '<|im_start|>' + role + '\n' + content + ... costs no
+// copy of its content beyond the output's own.
+func (r *renderer) printAdd(out *strings.Builder, e *binExpr, s *scope) error {
+	var buf [8]Value
+	vals, n, err := r.addOperands(e, s, buf[:0])
+	if err != nil {
+		return err
+	}
+	if n >= 0 {
+		for _, v := range vals {
+			out.WriteString(v.(string))
+		}
+		return nil
+	}
+	v, err := foldAdd(vals)
+	if err != nil {
+		return err
+	}
+	if _, ok := v.(Undefined); !ok {
+		writeRepr(out, v, false)
+	}
+	return nil
+}
+
+// addOperands appends to vals the operands of a chain of + (a + b + c
+// parses as (a + b) + c), evaluated left to right. n is their total length
+// when all are strings, else -1.
+func (r *renderer) addOperands(e *binExpr, s *scope, vals []Value) ([]Value, int, error) {
+	var buf [8]expr
+	operands := buf[:0]
 	x := expr(e)
 	for {
 		b, ok := x.(*binExpr)
@@ -470,28 +550,24 @@ func (r *renderer) evalAdd(e *binExpr, s *scope) (Value, error) {
 		x = b.l
 	}
 	operands = append(operands, x)
-	vals := make([]Value, len(operands))
-	allStr, n := true, 0
+	n := 0
 	for i := range operands {
 		v, err := r.eval(operands[len(operands)-1-i], s)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		vals[i] = v
-		if sv, ok := v.(string); ok {
+		vals = append(vals, v)
+		if sv, ok := v.(string); ok && n >= 0 {
 			n += len(sv)
 		} else {
-			allStr = false
+			n = -1
 		}
 	}
-	if allStr {
-		var b strings.Builder
-		b.Grow(n)
-		for _, v := range vals {
-			b.WriteString(v.(string))
-		}
-		return b.String(), nil
-	}
+	return vals, n, nil
+}
+
+// foldAdd adds vals left to right with Python's + on each pair.
+func foldAdd(vals []Value) (Value, error) {
 	acc := vals[0]
 	for _, v := range vals[1:] {
 		var err error
@@ -1116,6 +1192,9 @@ func numop(op string, l, r Value) (Value, error) {
 		}
 		return nil, errf("unsupported operator %s", op)
 	}
+	if v, ok := smallIntOp(op, l, r); ok {
+		return v, nil
+	}
 	a, _ := bigOf(l)
 	b, _ := bigOf(r)
 	z := new(big.Int)
@@ -1159,6 +1238,62 @@ func numop(op string, l, r Value) (Value, error) {
 	return normInt(z), nil
 }
 
+// smallIntOp is numop on two int64 (or bool) operands whose result fits
+// an int64, without the big.Int numop computes in; ok is false when it
+// does not apply (another type, an overflow, a zero divisor, **), and
+// numop answers as before.
+func smallIntOp(op string, l, r Value) (v int64, ok bool) {
+	a, ok := smallInt(l)
+	if !ok {
+		return 0, false
+	}
+	b, ok := smallInt(r)
+	if !ok {
+		return 0, false
+	}
+	switch op {
+	case "+":
+		if s := a + b; (a^s)&(b^s) >= 0 {
+			return s, true
+		}
+	case "-":
+		if d := a - b; (a^b)&(a^d) >= 0 {
+			return d, true
+		}
+	case "*":
+		const lim = 1 << 31
+		if a > -lim && a < lim && b > -lim && b < lim {
+			return a * b, true
+		}
+	case "//", "%":
+		if b == 0 || (a == math.MinInt64 && b == -1) {
+			return 0, false
+		}
+		q, m := a/b, a%b
+		if m != 0 && (m < 0) != (b < 0) { // Python floors; Go truncates
+			q, m = q-1, m+b
+		}
+		if op == "//" {
+			return q, true
+		}
+		return m, true
+	}
+	return 0, false
+}
+
+func smallInt(v Value) (int64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return x, true
+	case bool:
+		if x {
+			return 1, true
+		}
+		return 0, true
+	}
+	return 0, false
+}
+
 func unop(op string, x Value) (Value, error) {
 	x = unmark(x)
 	if err := undefinedOperand(x); err != nil {
@@ -1167,6 +1302,9 @@ func unop(op string, x Value) (Value, error) {
 	switch v := x.(type) {
 	case int64:
 		if op == "-" {
+			if v != math.MinInt64 {
+				return -v, nil
+			}
 			return normInt(new(big.Int).Neg(big.NewInt(v))), nil
 		}
 		return v, nil

@@ -3,8 +3,12 @@ package jinja
 import (
 	"encoding/json"
 	"errors"
+	"math"
+	"math/big"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -142,5 +146,44 @@ func TestDictDerived(t *testing.T) {
 		t.Fatal("clone lost keys")
 	} else if _, ok := c.Derived(keyB{}); ok {
 		t.Fatal("a clone carries its original's derivation")
+	}
+}
+
+// TestSmallIntOpMatchesBig checks numop's int64 fast path against its
+// big.Int path (operands given as *big.Int skip the fast path), on edge
+// values and random ones: same value, same error.
+func TestSmallIntOpMatchesBig(t *testing.T) {
+	edges := []int64{0, 1, -1, 2, -2, 7, -7, 1<<31 - 1, -(1<<31 - 1), 1 << 31, -(1 << 31), 1<<32 + 3,
+		math.MaxInt64, math.MinInt64, math.MaxInt64 - 1, math.MinInt64 + 1, 1 << 62, -(1 << 62)}
+	rng := rand.New(rand.NewPCG(3, 4))
+	vals := slices.Clone(edges)
+	for range 200 {
+		vals = append(vals, rng.Int64()>>rng.IntN(64), -rng.Int64()>>rng.IntN(64))
+	}
+	same := func(a, b Value) bool {
+		ab, aok := a.(*big.Int)
+		bb, bok := b.(*big.Int)
+		if aok || bok {
+			return aok && bok && ab.Cmp(bb) == 0
+		}
+		return a == b
+	}
+	for _, op := range []string{"+", "-", "*", "//", "%"} {
+		for _, a := range vals {
+			for _, b := range vals {
+				got, gerr := numop(op, a, b)
+				want, werr := numop(op, big.NewInt(a), big.NewInt(b))
+				if (gerr != nil) != (werr != nil) || (gerr == nil && !same(got, want)) {
+					t.Fatalf("%d %s %d = %v, %v; big.Int path gives %v, %v", a, op, b, got, gerr, want, werr)
+				}
+			}
+		}
+	}
+	for _, a := range vals {
+		got, _ := unop("-", a)
+		want, _ := unop("-", big.NewInt(a))
+		if !same(got, want) {
+			t.Fatalf("-%d = %v, big.Int path gives %v", a, got, want)
+		}
 	}
 }

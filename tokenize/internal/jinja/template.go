@@ -55,10 +55,10 @@ func (t *Template) Render(vars *Dict, opts RenderOptions) (out string, err error
 	if r.now == nil {
 		r.now = time.Now
 	}
-	root := &scope{vars: make(map[string]Value, vars.Len()+8)}
+	root := &scope{}
 	for _, k := range vars.Keys() {
 		v, _ := vars.Get(k)
-		root.vars[k] = v
+		root.set(k, v)
 	}
 	var b strings.Builder
 	if opts.SizeHint > 0 {
