@@ -33,7 +33,7 @@ var latencyBuckets = prometheus.ExponentialBuckets(0.001, 1.6, 25)
 
 // newMetrics builds the ext_proc layer's series; buffered reads the bytes
 // the streams' buffers hold when scraped.
-func newMetrics(o component.Options, buffered func() int64) (*metrics, error) {
+func newMetrics(o component.Options, buffered func() int64, bodies prometheus.Collector) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warmpath_requests_total",
@@ -107,7 +107,7 @@ func newMetrics(o component.Options, buffered func() int64) (*metrics, error) {
 		Name: "warmpath_buffered_bytes",
 		Help: "Bytes held by every stream's buffers (request bodies until routed, non-streamed response bodies until read), bounded by extproc.max_buffered_bytes.",
 	}, func() float64 { return float64(buffered()) })
-	if err := o.Register("extproc", bufferedBytes, m.requests, m.rejections, m.streamErrors, m.decision, m.inFlight, m.ended, m.ttft,
+	if err := o.Register("extproc", bufferedBytes, bodies, m.requests, m.rejections, m.streamErrors, m.decision, m.inFlight, m.ended, m.ttft,
 		m.watchEvents, m.bodyHidden, m.sloHeaders, m.chunkBytes, m.responseChunks, m.chunkDuration, m.subsetHints, m.served, m.selectionIgnored); err != nil {
 		return nil, err
 	}

@@ -114,7 +114,7 @@ func New(cfg Config, pool Pool, picker Picker, o component.Options, opts ...Opti
 		opt(s)
 	}
 	var err error
-	if s.m, err = newMetrics(o, s.buffers.held.Load); err != nil {
+	if s.m, err = newMetrics(o, s.buffers.held.Load, s.bodies.Collector()); err != nil {
 		return nil, err
 	}
 	if s.om, err = newObserveMetrics(o, s.semconv, s.tenant.Labels); err != nil {

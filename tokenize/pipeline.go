@@ -55,6 +55,7 @@ type PipelineMetrics struct {
 	requests *prometheus.CounterVec
 	remote   *RemoteMetrics
 	chat     *ChatMetrics
+	prompts  *promptCaches
 }
 
 // NewPipelineMetrics creates the tokenization metrics and registers them
@@ -63,8 +64,8 @@ func NewPipelineMetrics(o component.Options) (*PipelineMetrics, error) {
 	m := &PipelineMetrics{requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "warmpath_tokenize_requests_total",
 		Help: "Requests tokenized for routing, by model, path (local, remote, none) and reason a step was skipped or failed.",
-	}, []string{"model", "path", "reason"})}
-	if err := o.Register("tokenize", m.requests); err != nil {
+	}, []string{"model", "path", "reason"}), prompts: newPromptCaches()}
+	if err := o.Register("tokenize", m.requests, m.prompts); err != nil {
 		return nil, err
 	}
 	var err error
@@ -93,6 +94,9 @@ func NewPipeline(model, dir string, cacheBytes int, m *PipelineMetrics, remote .
 		return nil, fmt.Errorf("model %s: %w", model, err)
 	}
 	p.tok, p.cache = tok, NewPrefixCache(tok, cacheBytes)
+	if m != nil {
+		m.prompts.add(model, p.cache)
+	}
 	var copts []ChatOption
 	if m != nil {
 		copts = append(copts, WithMetrics(m.chat))

@@ -45,36 +45,46 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 // series is one row of the README's metrics table.
 type series struct{ name, kind, labels, help string }
 
-// typeOf names a collector's metric type. Vectors with no child yet expose
-// nothing, so the constructor's type decides; other collectors are asked.
-func typeOf(c prometheus.Collector) string {
+// kindsOf names the metric type of each series a collector exports, by
+// name. Vectors with no child yet expose nothing, so the constructor's
+// type decides; other collectors are asked, and a series they have nothing
+// for yet is a counter when its name says so (_total), else a gauge.
+func kindsOf(c prometheus.Collector) func(name string) string {
 	switch c.(type) {
 	case *prometheus.HistogramVec, prometheus.Histogram:
-		return "histogram"
+		return func(string) string { return "histogram" }
 	case *prometheus.GaugeVec, prometheus.Gauge:
-		return "gauge"
+		return func(string) string { return "gauge" }
 	case *prometheus.CounterVec, prometheus.Counter:
-		return "counter"
+		return func(string) string { return "counter" }
 	}
 	ch := make(chan prometheus.Metric, 64)
 	go func() { c.Collect(ch); close(ch) }()
-	// warmpath's own collectors export gauges computed when scraped; one
-	// with nothing to export yet is one of those.
-	kind := "gauge"
+	kinds := map[string]string{}
 	for m := range ch {
 		var pb dto.Metric
-		if m.Write(&pb) == nil {
-			switch {
-			case pb.Histogram != nil:
-				kind = "histogram"
-			case pb.Gauge != nil:
-				kind = "gauge"
-			case pb.Counter != nil:
-				kind = "counter"
-			}
+		d := descRE.FindStringSubmatch(m.Desc().String())
+		if d == nil || m.Write(&pb) != nil {
+			continue
+		}
+		switch {
+		case pb.Histogram != nil:
+			kinds[d[1]] = "histogram"
+		case pb.Gauge != nil:
+			kinds[d[1]] = "gauge"
+		case pb.Counter != nil:
+			kinds[d[1]] = "counter"
 		}
 	}
-	return kind
+	return func(name string) string {
+		if k, ok := kinds[name]; ok {
+			return k
+		}
+		if strings.HasSuffix(name, "_total") {
+			return "counter"
+		}
+		return "gauge"
+	}
 }
 
 var descRE = regexp.MustCompile(`fqName: "([^"]+)", help: "((?:[^"\\]|\\.)*)", (?:unit: "[^"]*", )?constLabels: \{[^}]*\}, variableLabels: \{([^}]*)\}`)
@@ -107,7 +117,7 @@ func registered(t *testing.T) []series {
 	}
 	var out []series
 	for _, c := range rec.cs {
-		kind := typeOf(c)
+		kind := kindsOf(c)
 		ch := make(chan *prometheus.Desc, 64)
 		go func() { c.Describe(ch); close(ch) }()
 		for d := range ch {
@@ -124,7 +134,7 @@ func registered(t *testing.T) []series {
 			}
 			slices.Sort(labels)
 			help := strings.ReplaceAll(strings.ReplaceAll(m[2], `\"`, `"`), "|", `\|`)
-			out = append(out, series{name: m[1], kind: kind, labels: strings.Join(labels, ", "), help: help})
+			out = append(out, series{name: m[1], kind: kind(m[1]), labels: strings.Join(labels, ", "), help: help})
 		}
 	}
 	slices.SortFunc(out, func(a, b series) int { return cmp.Compare(a.name, b.name) })
