@@ -19,7 +19,8 @@ import (
 // tokenize when local tokenization cannot be exact; empty forbids asking.
 // path says where the ids came from ("local" or "remote"). An error means no
 // exact ids are available; the router then steps down to the approximate
-// mode and puts the error's text on the decision.
+// mode and puts the error's text on the decision. The router only reads
+// ids; a source may share them with its own cache.
 type TokenSource interface {
 	Tokenize(ctx context.Context, model string, kind tokenize.Kind, body *tokenize.Body, remoteBase string) (ids []uint32, path string, err error)
 }

@@ -149,6 +149,8 @@ func (s *Pipelines) pipeline(model string) *Pipeline {
 func (p *Pipeline) Local() bool { return p.tok != nil }
 
 // Tokenize returns the prompt ids of body and the path that produced them.
+// The ids may be shared with the pipeline's prompt cache: the caller must
+// not change them.
 // remoteBase is the base URL (http://host:port) of a worker serving the
 // model, used when the local path is missing or cannot be exact; empty
 // disables the remote path. The error wraps ErrNoTokens and says why each

@@ -106,8 +106,9 @@ func (c *PrefixCache) Stats() PrefixCacheStats {
 	return PrefixCacheStats{c.hits, c.misses, c.tailLen, c.lru.Len(), c.used}
 }
 
-// Encode returns the same ids as the Tokenizer's Encode. The returned slice
-// belongs to the caller.
+// Encode returns the same ids as the Tokenizer's Encode. The returned
+// slice may be the one the cache holds: the caller must not change its
+// elements (appending to it is safe, its capacity is its length).
 func (c *PrefixCache) Encode(text string, addSpecialTokens bool) []uint32 {
 	t := c.t
 	if len(text) < checkpointSpacing {
@@ -147,15 +148,11 @@ func (c *PrefixCache) Encode(text string, addSpecialTokens bool) []uint32 {
 		ids, marks = c.encodeFull(text)
 	}
 	c.store(text, cps, ids, marks, base, shared)
+	if !addSpecialTokens || len(t.prefixIDs)+len(t.suffixIDs) == 0 {
+		return ids[:len(ids):len(ids)]
+	}
 	out := make([]uint32, 0, len(t.prefixIDs)+len(ids)+len(t.suffixIDs))
-	if addSpecialTokens {
-		out = append(out, t.prefixIDs...)
-	}
-	out = append(out, ids...)
-	if addSpecialTokens {
-		out = append(out, t.suffixIDs...)
-	}
-	return out
+	return append(append(append(out, t.prefixIDs...), ids...), t.suffixIDs...)
 }
 
 // checkpoints returns the hashes of text's first k·checkpointSpacing bytes

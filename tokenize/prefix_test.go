@@ -116,6 +116,26 @@ func TestPrefixCacheRepeatAndBound(t *testing.T) {
 	}
 }
 
+// TestPrefixCacheSharedResult appends to what Encode returns, as a caller
+// may: the ids Encode returns for the same and the next texts afterwards
+// must be unchanged, though the first result may be the cache's own slice.
+func TestPrefixCacheSharedResult(t *testing.T) {
+	t.Parallel()
+	tk := loadGoldenTokenizer(t, "qwen3")
+	prompts := goldenConversation(t, 7, 12)
+	c := NewPrefixCache(tk, 64<<20)
+	for _, p := range prompts {
+		got := c.Encode(p, false)
+		if cap(got) != len(got) {
+			t.Fatalf("result has spare capacity %d: an append would write into it", cap(got)-len(got))
+		}
+		_ = append(got, 1, 2, 3)
+		if again, want := c.Encode(p, false), tk.Encode(p, false); !slices.Equal(again, want) {
+			t.Fatalf("%d bytes after an append to the first result: %s", len(p), diffIDs(tk, again, want))
+		}
+	}
+}
+
 func TestPrefixCacheConcurrent(t *testing.T) {
 	t.Parallel()
 	tk := loadGoldenTokenizer(t, "llama3")
