@@ -113,40 +113,30 @@ func (w *watcher) dispatch(event, data []byte, now time.Time) {
 		w.done = true
 		return
 	}
-	var ev streamEvent
-	if err := json.Unmarshal(data, &ev); err != nil {
+	ev, err := readEvent(data)
+	if err != nil {
 		w.badEvents++
 		return
 	}
 	kind := string(event) // not kept, so the compiler needs no allocation
 	if kind == "" {
-		kind = ev.Type
+		kind = string(ev.typ)
 	}
-	token := false
-	for _, c := range ev.Choices {
-		if c.Text != "" || c.Delta.Content != "" || c.Delta.ReasoningContent != "" || c.Delta.Reasoning != "" ||
-			(len(c.Delta.ToolCalls) > 0 && string(c.Delta.ToolCalls) != "null") {
-			token = true
-		}
-	}
+	token := ev.choiceToken
 	switch kind {
 	case "content_block_delta":
-		if d := ev.Delta; d != nil && (d.Text != "" || d.Thinking != "" || d.PartialJSON != "") {
-			token = true
-		}
+		token = token || ev.deltaToken
 	case "message_start":
-		if ev.Message != nil {
-			w.addUsage(ev.Message.Usage)
-		}
+		w.addUsage(ev.msgUsage)
 	case "message_stop":
 		w.done = true
 	case "error":
-		w.errMsg = errorText(ev.Error, data)
+		w.errMsg = errorText(ev.errRaw, data)
 	}
-	if len(ev.Error) > 0 && string(ev.Error) != "null" && w.errMsg == "" {
-		w.errMsg = errorText(ev.Error, data)
+	if ev.errRaw != nil && w.errMsg == "" {
+		w.errMsg = errorText(ev.errRaw, data)
 	}
-	w.addUsage(ev.Usage)
+	w.addUsage(ev.usage)
 	if token {
 		if w.firstToken.IsZero() {
 			w.firstToken = now
@@ -156,23 +146,18 @@ func (w *watcher) dispatch(event, data []byte, now time.Time) {
 }
 
 // addUsage merges reported counts; Anthropic splits them over events.
-func (w *watcher) addUsage(u *usageJSON) {
-	if u == nil {
-		return
-	}
-	set := func(dst *int, v *int) {
-		if v != nil {
-			*dst = *v
+func (w *watcher) addUsage(u usageFields) {
+	set := func(dst *int, v optInt) {
+		if v.ok {
+			*dst = v.v
 		}
 	}
-	set(&w.usage.PromptTokens, u.PromptTokens)
-	set(&w.usage.CompletionTokens, u.CompletionTokens)
-	if u.PromptTokensDetails != nil {
-		set(&w.usage.CachedTokens, u.PromptTokensDetails.CachedTokens)
-	}
-	set(&w.usage.PromptTokens, u.InputTokens)
-	set(&w.usage.CompletionTokens, u.OutputTokens)
-	set(&w.usage.CachedTokens, u.CacheReadInputTokens)
+	set(&w.usage.PromptTokens, u.prompt)
+	set(&w.usage.CompletionTokens, u.completion)
+	set(&w.usage.CachedTokens, u.cached)
+	set(&w.usage.PromptTokens, u.input)
+	set(&w.usage.CompletionTokens, u.output)
+	set(&w.usage.CachedTokens, u.cache)
 }
 
 // finish ends the body at now: a pending SSE event without its blank line is
@@ -188,15 +173,15 @@ func (w *watcher) finish(now time.Time) {
 	if w.truncated || len(w.jsonBody) == 0 {
 		return
 	}
-	var ev streamEvent
-	if err := json.Unmarshal(w.jsonBody, &ev); err != nil {
+	ev, err := readEvent(w.jsonBody)
+	if err != nil {
 		w.badEvents++
 		return
 	}
 	w.done = true
-	w.addUsage(ev.Usage)
-	if len(ev.Error) > 0 && string(ev.Error) != "null" {
-		w.errMsg = errorText(ev.Error, w.jsonBody)
+	w.addUsage(ev.usage)
+	if ev.errRaw != nil {
+		w.errMsg = errorText(ev.errRaw, w.jsonBody)
 	}
 	// A non-streamed body carries every token at once: its arrival is the
 	// last token, and the first token's time is unknown.
