@@ -39,8 +39,13 @@ type jsonEntry struct {
 }
 
 // size is what an entry counts against the budget: its bytes, about as
-// much again of decoded value, and the entry itself.
-func (e *jsonEntry) size() int { return 2*len(e.raw) + 128 }
+// much again of decoded value, and a fixed part for the entry, its index
+// slot, the decoded object's own structure and what callers file on it
+// (Dict.SetDerived: tokenize's normalized and prepared forms of a message,
+// two dicts). Measured on the heap, 20,000 entries each: a 64-byte message
+// holds about 770 bytes and its derivations 900 more, a 400-byte one 1,430
+// and 580.
+func (e *jsonEntry) size() int { return 2*len(e.raw) + 1536 }
 
 // JSONCacheStats are a JSONCache's counters.
 type JSONCacheStats struct {
