@@ -72,125 +72,11 @@ func anthropicToOpenAI(req *jinja.Dict) (*jinja.Dict, error) {
 		if !ok {
 			return nil, fmt.Errorf("messages[%d] must be an object: %w", i, ErrBadRequest)
 		}
-		role, _ := m.Get("role")
-		rs, ok := role.(string)
-		if !ok {
-			return nil, fmt.Errorf("messages[%d].role must be a string: %w", i, ErrBadRequest)
+		converted, err := anthropicMessage(m, i)
+		if err != nil {
+			return nil, err
 		}
-		if rs == "system" {
-			continue
-		}
-		om := jinja.NewDict(4)
-		om.Set("role", rs)
-		content, _ := m.Get("content")
-		if s, ok := content.(string); ok {
-			om.Set("content", s)
-			msgs.Items = append(msgs.Items, om)
-			continue
-		}
-		blocks, ok := content.(*jinja.List)
-		if !ok {
-			return nil, fmt.Errorf("messages[%d].content must be a string or a list: %w", i, ErrBadRequest)
-		}
-		parts := &jinja.List{}
-		calls := &jinja.List{}
-		reasoning := ""
-		hasReasoning := false
-		for j, b := range blocks.Items {
-			bd, ok := b.(*jinja.Dict)
-			if !ok {
-				return nil, fmt.Errorf("messages[%d].content[%d] must be an object: %w", i, j, ErrBadRequest)
-			}
-			typ, _ := bd.Get("type")
-			switch typ {
-			case "text":
-				tv, _ := bd.Get("text")
-				if tv == nil || tv == "" {
-					continue
-				}
-				ts, ok := tv.(string)
-				if !ok {
-					return nil, fmt.Errorf("messages[%d].content[%d].text must be a string: %w", i, j, ErrBadRequest)
-				}
-				parts.Items = append(parts.Items, textPart(ts))
-			case "image":
-				return nil, fmt.Errorf("messages[%d].content[%d] is an image: %w", i, j, ErrUnsupportedRequest)
-			case "thinking":
-				tv, _ := bd.Get("thinking")
-				if tv == nil {
-					continue
-				}
-				ts, ok := tv.(string)
-				if !ok {
-					return nil, fmt.Errorf("messages[%d].content[%d].thinking must be a string: %w", i, j, ErrBadRequest)
-				}
-				reasoning += ts
-				hasReasoning = true
-			case "tool_use":
-				id, _ := bd.Get("id")
-				if !truth(id) {
-					return nil, fmt.Errorf("messages[%d].content[%d]: tool_use without id gets a time-based id: %w", i, j, ErrUnsupportedRequest)
-				}
-				name, _ := bd.Get("name")
-				if !truth(name) {
-					name = ""
-				}
-				input, _ := bd.Get("input")
-				if !truth(input) {
-					input = jinja.NewDict(0)
-				}
-				f := jinja.NewDict(2)
-				f.Set("name", name)
-				// vLLM sends json.dumps(input); its chat path parses it back.
-				f.Set("arguments", input)
-				call := jinja.NewDict(3)
-				call.Set("id", id)
-				call.Set("type", "function")
-				call.Set("function", f)
-				calls.Items = append(calls.Items, call)
-			case "tool_result":
-				rc, _ := bd.Get("content")
-				if rs != "user" {
-					text := ""
-					if truth(rc) {
-						text = jinja.Str(rc)
-					}
-					parts.Items = append(parts.Items, textPart("Tool result: "+text))
-					continue
-				}
-				text, err := toolResultText(rc, i, j)
-				if err != nil {
-					return nil, err
-				}
-				id, _ := bd.Get("tool_use_id")
-				if !truth(id) {
-					id = ""
-				}
-				tm := jinja.NewDict(3)
-				tm.Set("role", "tool")
-				tm.Set("tool_call_id", id)
-				tm.Set("content", text)
-				msgs.Items = append(msgs.Items, tm)
-			}
-			// redacted_thinking, tool_reference and unknown blocks are skipped, as vLLM does.
-		}
-		if hasReasoning {
-			om.Set("reasoning", reasoning)
-		}
-		if len(calls.Items) > 0 {
-			om.Set("tool_calls", calls)
-		}
-		switch {
-		case len(parts.Items) == 1:
-			t, _ := parts.Items[0].(*jinja.Dict).Get("text")
-			om.Set("content", t)
-		case len(parts.Items) > 1:
-			om.Set("content", parts)
-		}
-		if _, has := om.Get("content"); rs == "user" && !has {
-			continue
-		}
-		msgs.Items = append(msgs.Items, om)
+		msgs.Items = append(msgs.Items, converted.Items...)
 	}
 	out := jinja.NewDict(4)
 	out.Set("messages", msgs)
@@ -233,6 +119,147 @@ func anthropicToOpenAI(req *jinja.Dict) (*jinja.Dict, error) {
 		out.Set("tools", tools)
 	}
 	return out, nil
+}
+
+// anthropicKey files a Messages request's message in OpenAI form on the
+// message (jinja.Dict.SetDerived): a message the body parser's cache hands
+// out again is converted once, and its conversion, the same dicts every
+// time, is normalized once too.
+type anthropicKey struct{}
+
+// anthropicMessage converts the i-th message of a Messages request to the
+// OpenAI messages vLLM makes of it: none for a system message (its text
+// goes to the system prompt), a tool message per tool result, and the
+// message itself unless it is a user message left without content.
+func anthropicMessage(m *jinja.Dict, i int) (*jinja.List, error) {
+	if v, ok := m.Derived(anthropicKey{}); ok {
+		return v.(*jinja.List), nil
+	}
+	done := func(l *jinja.List) *jinja.List {
+		m.SetDerived(anthropicKey{}, l)
+		return l
+	}
+	role, _ := m.Get("role")
+	rs, ok := role.(string)
+	if !ok {
+		return nil, fmt.Errorf("messages[%d].role must be a string: %w", i, ErrBadRequest)
+	}
+	if rs == "system" {
+		return done(&jinja.List{}), nil
+	}
+	om := jinja.NewDict(4)
+	om.Set("role", rs)
+	content, _ := m.Get("content")
+	if s, ok := content.(string); ok {
+		om.Set("content", s)
+		return done(&jinja.List{Items: []jinja.Value{om}}), nil
+	}
+	blocks, ok := content.(*jinja.List)
+	if !ok {
+		return nil, fmt.Errorf("messages[%d].content must be a string or a list: %w", i, ErrBadRequest)
+	}
+	out := &jinja.List{}
+	parts := &jinja.List{}
+	calls := &jinja.List{}
+	reasoning := ""
+	hasReasoning := false
+	for j, b := range blocks.Items {
+		bd, ok := b.(*jinja.Dict)
+		if !ok {
+			return nil, fmt.Errorf("messages[%d].content[%d] must be an object: %w", i, j, ErrBadRequest)
+		}
+		typ, _ := bd.Get("type")
+		switch typ {
+		case "text":
+			tv, _ := bd.Get("text")
+			if tv == nil || tv == "" {
+				continue
+			}
+			ts, ok := tv.(string)
+			if !ok {
+				return nil, fmt.Errorf("messages[%d].content[%d].text must be a string: %w", i, j, ErrBadRequest)
+			}
+			parts.Items = append(parts.Items, textPart(ts))
+		case "image":
+			return nil, fmt.Errorf("messages[%d].content[%d] is an image: %w", i, j, ErrUnsupportedRequest)
+		case "thinking":
+			tv, _ := bd.Get("thinking")
+			if tv == nil {
+				continue
+			}
+			ts, ok := tv.(string)
+			if !ok {
+				return nil, fmt.Errorf("messages[%d].content[%d].thinking must be a string: %w", i, j, ErrBadRequest)
+			}
+			reasoning += ts
+			hasReasoning = true
+		case "tool_use":
+			id, _ := bd.Get("id")
+			if !truth(id) {
+				return nil, fmt.Errorf("messages[%d].content[%d]: tool_use without id gets a time-based id: %w", i, j, ErrUnsupportedRequest)
+			}
+			name, _ := bd.Get("name")
+			if !truth(name) {
+				name = ""
+			}
+			input, _ := bd.Get("input")
+			if !truth(input) {
+				input = jinja.NewDict(0)
+			}
+			f := jinja.NewDict(2)
+			f.Set("name", name)
+			// vLLM sends json.dumps(input); its chat path parses it back.
+			f.Set("arguments", input)
+			call := jinja.NewDict(3)
+			call.Set("id", id)
+			call.Set("type", "function")
+			call.Set("function", f)
+			calls.Items = append(calls.Items, call)
+		case "tool_result":
+			rc, _ := bd.Get("content")
+			if rs != "user" {
+				text := ""
+				if truth(rc) {
+					text = jinja.Str(rc)
+				}
+				parts.Items = append(parts.Items, textPart("Tool result: "+text))
+				continue
+			}
+			text, err := toolResultText(rc, i, j)
+			if err != nil {
+				return nil, err
+			}
+			id, _ := bd.Get("tool_use_id")
+			if !truth(id) {
+				id = ""
+			}
+			tm := jinja.NewDict(3)
+			tm.Set("role", "tool")
+			tm.Set("tool_call_id", id)
+			tm.Set("content", text)
+			out.Items = append(out.Items, tm)
+		}
+		// redacted_thinking, tool_reference and unknown blocks are skipped, as vLLM does.
+	}
+	if hasReasoning {
+		om.Set("reasoning", reasoning)
+	}
+	if len(calls.Items) > 0 {
+		om.Set("tool_calls", calls)
+	}
+	switch {
+	case len(parts.Items) == 1:
+		t, _ := parts.Items[0].(*jinja.Dict).Get("text")
+		om.Set("content", t)
+	case len(parts.Items) > 1:
+		om.Set("content", parts)
+	}
+	if _, has := om.Get("content"); rs == "user" && !has {
+		return done(out), nil
+	}
+	out.Items = append(out.Items, om)
+	return done(out), nil
+
 }
 
 // anthropicSystem joins, without separator, the top-level system prompt and

@@ -100,31 +100,54 @@ func BenchmarkRenderOpenAICached(b *testing.B) {
 		body := conversationBody(size)
 		for _, fam := range []string{"qwen3", "llama3", "gpt-oss"} {
 			b.Run(fmt.Sprintf("%dK/%s", size/1000, fam), func(b *testing.B) {
-				ct, err := LoadChatTemplate(filepath.Join("testdata", "models", fam), WithClock(goldenNow))
-				if err != nil {
-					b.Fatal(err)
-				}
-				bp := NewBodyParser(64 << 20)
-				render := func() {
-					pb, err := bp.Parse(body)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if _, err := ct.renderBody(pb, false); err != nil {
-						b.Fatal(err)
-					}
-				}
-				render()
-				b.SetBytes(int64(len(body)))
-				b.ReportAllocs()
-				cpu0 := processCPU()
-				for b.Loop() {
-					render()
-				}
-				b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+				benchCachedRender(b, fam, body, false)
 			})
 		}
 	}
+}
+
+// benchCachedRender renders body, seen before, through a warm BodyParser.
+func benchCachedRender(b *testing.B, fam string, body []byte, anthropic bool) {
+	ct, err := LoadChatTemplate(filepath.Join("testdata", "models", fam), WithClock(goldenNow))
+	if err != nil {
+		b.Fatal(err)
+	}
+	bp := NewBodyParser(64 << 20)
+	render := func() {
+		pb, err := bp.Parse(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := ct.renderBody(pb, anthropic); err != nil {
+			b.Fatal(err)
+		}
+	}
+	render()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	cpu0 := processCPU()
+	for b.Loop() {
+		render()
+	}
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
+// BenchmarkRenderAnthropicCached is BenchmarkRenderOpenAICached for the
+// same conversation as a Messages request (the system prompt at the top).
+func BenchmarkRenderAnthropicCached(b *testing.B) {
+	var req struct {
+		Model    string           `json:"model"`
+		Messages []map[string]any `json:"messages"`
+	}
+	if err := json.Unmarshal(conversationBody(32000), &req); err != nil {
+		b.Fatal(err)
+	}
+	body, err := json.Marshal(map[string]any{"model": req.Model, "max_tokens": 256,
+		"system": req.Messages[0]["content"], "messages": req.Messages[1:]})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchCachedRender(b, "qwen3", body, true)
 }
 
 // BenchmarkParseJSON32K isolates the request-body decoding step.

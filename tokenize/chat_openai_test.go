@@ -226,10 +226,10 @@ func TestRenderOpenAIConcurrent(t *testing.T) {
 	wg.Wait()
 }
 
-// TestRenderSharedMessages renders every golden request through one body
-// parser, twice, so that from the second pass on the messages come from
-// its cache and their normalized and prepared forms from the derivations
-// filed on them: each render must still match its golden, and a request
+// TestRenderSharedMessages renders every golden request (OpenAI and
+// Anthropic) through one body parser, twice, so that from the second pass
+// on the messages come from its cache and their converted, normalized and
+// prepared forms from the derivations filed on them: each render must still match its golden, and a request
 // that tags its final message (continue_final_message) must not leave the
 // tag on the shared message for the next request that repeats it.
 func TestRenderSharedMessages(t *testing.T) {
@@ -237,32 +237,36 @@ func TestRenderSharedMessages(t *testing.T) {
 	want := loadExpected(t, "requests")
 	var cache templateCache
 	bp := NewBodyParser(1 << 20)
-	render := func(c requestCase) {
+	render := func(kind string, c requestCase) {
 		t.Helper()
 		ct := cache.get(t, c.Family)
 		b, err := bp.Parse([]byte(c.Body))
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := ct.renderBody(b, false)
-		w := want["openai/"+c.Name]
+		got, err := ct.renderBody(b, kind == "anthropic")
+		w := want[kind+"/"+c.Name]
 		if strings.HasPrefix(w, "RENDER ERROR") {
 			if err == nil {
-				t.Errorf("%s: rendered %q, want error %s", c.Name, got, w)
+				t.Errorf("%s/%s: rendered %q, want error %s", kind, c.Name, got, w)
 			}
 			return
 		}
 		if err != nil {
-			t.Errorf("%s: %v", c.Name, err)
+			t.Errorf("%s/%s: %v", kind, c.Name, err)
 		} else if got != w {
-			t.Errorf("%s: mismatch\n%s", c.Name, firstDiff(got, w))
+			t.Errorf("%s/%s: mismatch\n%s", kind, c.Name, firstDiff(got, w))
 		}
 	}
-	cases := loadRequestCases(t, "openai")
 	for range 2 {
-		for _, c := range cases {
-			render(c)
+		for _, kind := range []string{"openai", "anthropic"} {
+			for _, c := range loadRequestCases(t, kind) {
+				render(kind, c)
+			}
 		}
+	}
+	if bp.Stats().Hits == 0 {
+		t.Fatal("the second pass reused no message: the test does not reach the derivations")
 	}
 
 	// The same long messages, first with the final one continued, then
