@@ -167,12 +167,12 @@ func adminOptionsOf(cfg Config, reg prometheus.Registerer) (adminOptions, error)
 	return o, nil
 }
 
-// serve runs warmpath until ctx ends: the ext_proc gRPC server, the admin
-// HTTP server and the background loops, all under one errgroup.
 // streamWorkers is how many goroutines serve gRPC streams, each one stream
 // at a time for its whole life (a request and its response).
 const streamWorkers = 256
 
+// serve runs warmpath until ctx ends: the ext_proc gRPC server, the admin
+// HTTP server and the background loops, all under one errgroup.
 func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.Writer) error {
 	if cfg.Debug.PProf {
 		// The process's own profiling rates: warmpath is the only user.
