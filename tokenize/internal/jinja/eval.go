@@ -1281,19 +1281,6 @@ func smallIntOp(op string, l, r Value) (v int64, ok bool) {
 	return 0, false
 }
 
-func smallInt(v Value) (int64, bool) {
-	switch x := v.(type) {
-	case int64:
-		return x, true
-	case bool:
-		if x {
-			return 1, true
-		}
-		return 0, true
-	}
-	return 0, false
-}
-
 func unop(op string, x Value) (Value, error) {
 	x = unmark(x)
 	if err := undefinedOperand(x); err != nil {

@@ -594,18 +594,27 @@ func toFloat(v Value) (float64, bool) {
 	return 0, false
 }
 
-// bigOf converts an int or bool to a big.Int.
-func bigOf(v Value) (*big.Int, bool) {
+// smallInt converts an int64 or bool to an int64.
+func smallInt(v Value) (int64, bool) {
 	switch x := v.(type) {
 	case int64:
-		return big.NewInt(x), true
-	case *big.Int:
 		return x, true
 	case bool:
 		if x {
-			return big.NewInt(1), true
+			return 1, true
 		}
-		return big.NewInt(0), true
+		return 0, true
+	}
+	return 0, false
+}
+
+// bigOf converts an int or bool to a big.Int.
+func bigOf(v Value) (*big.Int, bool) {
+	if x, ok := v.(*big.Int); ok {
+		return x, true
+	}
+	if n, ok := smallInt(v); ok {
+		return big.NewInt(n), true
 	}
 	return nil, false
 }
