@@ -1,9 +1,12 @@
 package scoring
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -274,5 +277,47 @@ func TestCalibrationNarrowWorkload(t *testing.T) {
 	}
 	if m.RequestOverhead > 0.02 || m.StepOverhead > 0.02 {
 		t.Errorf("overheads ran away: %+v", m)
+	}
+}
+
+// TestCalibrationReplay refits a worker's outcomes recorded on the accuracy
+// benchmark (testdata/calibration: the small-budget worker, told nothing)
+// and checks the error of each prediction made before its outcome was
+// fitted, over the second half. Its first outcomes came far above the prior
+// (they waited behind work and took five steps of 1,024 tokens where the
+// model counts one of 8,192); then came cache hits of a few hundred
+// uncached tokens. An outcome's noise once scaled with its prediction
+// alone, so the first, predicted 0.12 s and seen 0.59 s, outweighed the
+// next thirty: every hit after it was predicted 1.5× too slow (median error
+// 50%).
+func TestCalibrationReplay(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("testdata/calibration/accuracy-w2-small.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	c := newCalibrator(cfg.Prior, cfg.PriorSpread, cfg.NoiseRel)
+	var errs []float64
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	for i, line := range lines {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		var x [numParams]float64
+		var y float64
+		if _, err := fmt.Sscan(line, &x[0], &x[1], &x[2], &x[3], &x[4], &y); err != nil {
+			t.Fatalf("line %d: %v", i+1, err)
+		}
+		if i >= len(lines)/2 {
+			errs = append(errs, math.Abs(dot(x, c.model().vector())-y)/y)
+		}
+		c.observe(x, y, &cfg, nil)
+	}
+	slices.Sort(errs)
+	med, p90 := errs[len(errs)/2], errs[len(errs)*9/10]
+	t.Logf("%d outcomes, second half: median %.1f%%, p90 %.1f%%, model %+v", c.n, 100*med, 100*p90, c.model())
+	if med > 0.10 || p90 > 0.30 {
+		t.Errorf("median %.1f%% (want ≤ 10%%), p90 %.1f%% (want ≤ 30%%)", 100*med, 100*p90)
 	}
 }
