@@ -56,6 +56,11 @@ type Config struct {
 	// to the responses already decoding on a worker against its own: 1
 	// minimises the sum of all responses' times. Default 1.
 	SlowdownWeight float64 `yaml:"slowdown_weight"`
+	// TTFTWeight counts, in the e2e objective, the request's own time to
+	// first token once more on top of its time to the last token: 0 weighs
+	// a second of waiting for the first token as a second of decoding, 1
+	// as two. Default 0.
+	TTFTWeight float64 `yaml:"ttft_weight"`
 	// DefaultOutputTokens is the output length assumed for a request of a
 	// model whose outputs have not been learned yet, when it sets no
 	// max_tokens. Default 256.
@@ -160,6 +165,7 @@ func DefaultConfig() Config {
 	return Config{
 		Objective:           ObjectiveE2E,
 		SlowdownWeight:      1,
+		TTFTWeight:          0,
 		DefaultOutputTokens: 256,
 		RateWindow:          10 * time.Second,
 		DefaultBlockSize:    16,
@@ -219,6 +225,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.SlowdownWeight >= 0) {
 		bad("slowdown_weight: %v is negative", c.SlowdownWeight)
+	}
+	if !(c.TTFTWeight >= 0) {
+		bad("ttft_weight: %v is negative", c.TTFTWeight)
 	}
 	if c.DefaultOutputTokens <= 0 {
 		bad("default_output_tokens: %d is not positive", c.DefaultOutputTokens)

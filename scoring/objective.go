@@ -15,8 +15,9 @@ const (
 	// ObjectiveTTFT picks the lowest predicted time to first token.
 	ObjectiveTTFT Objective = "ttft"
 	// ObjectiveE2E picks the lowest predicted cost of the whole response:
-	// its time to the last token plus, weighted by SlowdownWeight, the
-	// time it adds to the responses decoding on the worker.
+	// its time to the last token, its time to first token once more
+	// weighted by TTFTWeight, and, weighted by SlowdownWeight, the time it
+	// adds to the responses decoding on the worker.
 	ObjectiveE2E Objective = "e2e"
 	// ObjectiveSLO picks, among the candidates predicted to meet the
 	// request's TTFT and TPOT targets, the one with the most headroom;
@@ -108,11 +109,16 @@ func (warmpathPolicy) choose(v *view, score []float64) (int, string) {
 // what caches hold (view.reuse). With no reuse (independent prompts) that
 // costs nothing; with much, a decode a little faster elsewhere no longer
 // outweighs the cache hit it gives up.
+//
+// TTFTWeight counts the request's own first token once more. Where the
+// fastest worker is wanted by every request, whole-response costs come out
+// near equal, and which request takes its capacity changes little in sum;
+// the first token, mostly whether the prefix is cached, then decides.
 func chooseE2E(v *view, score []float64) (int, string) {
 	for i := range v.cands {
 		c := &v.cands[i]
 		evicts := v.reuse * v.models[i].PrefillPerToken * max(v.uncached[i]-v.fewest, 0)
-		score[i] = c.PredictedE2E.Seconds() + v.cfg.SlowdownWeight*(c.Slowdown.Seconds()+evicts)
+		score[i] = c.PredictedE2E.Seconds() + v.cfg.TTFTWeight*c.PredictedTTFT.Seconds() + v.cfg.SlowdownWeight*(c.Slowdown.Seconds()+evicts)
 	}
 	return banded(v, score, "predicted cost", func(c *Candidate, _ float64) string {
 		return fmt.Sprintf("TTFT %.3fs (wait %.3fs + prefill %.3fs, %d cached), then %d tokens at %.1f ms, adding %.3fs to %d decoding there",

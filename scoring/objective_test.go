@@ -35,6 +35,8 @@ func TestObjectives(t *testing.T) {
 		{name: "e2e spares the busy worker's decodes", obj: ObjectiveE2E, want: "w1", reason: "lowest predicted cost"},
 		{name: "e2e without the others' slowdown still prefers the idle decoder", obj: ObjectiveE2E,
 			tweak: func(c *Config, _ *Request) { c.SlowdownWeight = 0 }, want: "w1", reason: "lowest predicted cost"},
+		{name: "e2e weighing the first token heavily takes the cache hit", obj: ObjectiveE2E,
+			tweak: func(c *Config, _ *Request) { c.TTFTWeight = 100 }, want: "w0", reason: "lowest predicted cost"},
 		{name: "slo: only the hit meets a tight TTFT", obj: ObjectiveSLO,
 			tweak: func(c *Config, _ *Request) { c.SLOs = map[string]SLO{"m": {TTFT: 60 * time.Millisecond}} },
 			want:  "w0", reason: "1 of 2 candidates predicted to meet ttft 60ms"},
@@ -99,7 +101,7 @@ func TestE2EPredictions(t *testing.T) {
 		}
 		// w0 holds the prompt's prefix, so only w1 pays for writing a
 		// second copy of it over the cache.
-		want := (c.PredictedE2E + c.Slowdown).Seconds()
+		want := (c.PredictedE2E + c.Slowdown).Seconds() + DefaultConfig().TTFTWeight*c.PredictedTTFT.Seconds()
 		if c.Worker == "w0" && !near(c.Score, want, 1e-9) || c.Worker == "w1" && !(c.Score > want) {
 			t.Errorf("%s (%d cached): score %v against e2e + slowdown %v", c.Worker, c.CachedTokens, c.Score, want)
 		}
@@ -124,6 +126,7 @@ func TestObjectiveConfig(t *testing.T) {
 		{"no default output", func(c *Config) { c.DefaultOutputTokens = 0 }, "default_output_tokens"},
 		{"no rate window", func(c *Config) { c.RateWindow = 0 }, "rate_window"},
 		{"negative slowdown weight", func(c *Config) { c.SlowdownWeight = -1 }, "slowdown_weight"},
+		{"negative TTFT weight", func(c *Config) { c.TTFTWeight = -1 }, "ttft_weight"},
 	} {
 		cfg := DefaultConfig()
 		tt.tweak(&cfg)
