@@ -58,8 +58,11 @@ type Config struct {
 	SlowdownWeight float64 `yaml:"slowdown_weight"`
 	// TTFTWeight counts, in the e2e objective, the request's own time to
 	// first token once more on top of its time to the last token: 0 weighs
-	// a second of waiting for the first token as a second of decoding, 1
-	// as two. Default 0.
+	// a second of waiting for the first token as a second of decoding, 2
+	// as three. Default 2: where every request wants the same fast worker
+	// the whole-response costs come out near equal, and the first token
+	// (mostly whether the prefix is cached) should decide, not their noise
+	// (BENCHMARKS.md, "The first token's weight").
 	TTFTWeight float64 `yaml:"ttft_weight"`
 	// DefaultOutputTokens is the output length assumed for a request of a
 	// model whose outputs have not been learned yet, when it sets no
@@ -165,7 +168,7 @@ func DefaultConfig() Config {
 	return Config{
 		Objective:           ObjectiveE2E,
 		SlowdownWeight:      1,
-		TTFTWeight:          0,
+		TTFTWeight:          2,
 		DefaultOutputTokens: 256,
 		RateWindow:          10 * time.Second,
 		DefaultBlockSize:    16,
