@@ -289,7 +289,7 @@ func TestCalibrationNarrowWorkload(t *testing.T) {
 // uncached tokens. An outcome's noise once scaled with its prediction
 // alone, so the first, predicted 0.12 s and seen 0.59 s, outweighed the
 // next thirty: every hit after it was predicted 1.5× too slow (median error
-// 50%).
+// over the second half 46%).
 func TestCalibrationReplay(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile("testdata/calibration/accuracy-w2-small.txt")

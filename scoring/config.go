@@ -56,10 +56,10 @@ type Config struct {
 	// to the responses already decoding on a worker against its own: 1
 	// minimises the sum of all responses' times. Default 1.
 	SlowdownWeight float64 `yaml:"slowdown_weight"`
-	// TTFTWeight counts, in the e2e objective, the request's own time to
-	// first token once more on top of its time to the last token: 0 weighs
-	// a second of waiting for the first token as a second of decoding, 2
-	// as three. Default 2: where every request wants the same fast worker
+	// TTFTWeight is how many times more the request's own time to first
+	// token counts, in the e2e objective, on top of its time to the last
+	// token: 0 weighs a second of waiting for the first token as a second
+	// of decoding, 2 as three. Default 2: where every request wants the same fast worker
 	// the whole-response costs come out near equal, and the first token
 	// (mostly whether the prefix is cached) should decide, not their noise
 	// (BENCHMARKS.md, "The first token's weight").

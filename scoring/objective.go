@@ -15,9 +15,9 @@ const (
 	// ObjectiveTTFT picks the lowest predicted time to first token.
 	ObjectiveTTFT Objective = "ttft"
 	// ObjectiveE2E picks the lowest predicted cost of the whole response:
-	// its time to the last token, its time to first token once more
-	// weighted by TTFTWeight, and, weighted by SlowdownWeight, the time it
-	// adds to the responses decoding on the worker.
+	// its time to the last token, its time to first token again,
+	// TTFTWeight times, and, weighted by SlowdownWeight, the time it adds
+	// to the responses decoding on the worker.
 	ObjectiveE2E Objective = "e2e"
 	// ObjectiveSLO picks, among the candidates predicted to meet the
 	// request's TTFT and TPOT targets, the one with the most headroom;
@@ -110,7 +110,7 @@ func (warmpathPolicy) choose(v *view, score []float64) (int, string) {
 // costs nothing; with much, a decode a little faster elsewhere no longer
 // outweighs the cache hit it gives up.
 //
-// TTFTWeight counts the request's own first token once more. Where the
+// TTFTWeight counts the request's own first token again. Where the
 // fastest worker is wanted by every request, whole-response costs come out
 // near equal, and which request takes its capacity changes little in sum;
 // the first token, mostly whether the prefix is cached, then decides.
