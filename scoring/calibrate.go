@@ -121,11 +121,10 @@ func (c *calibrator) observeFrom(x [numParams]float64, y float64, cfg *Config, m
 		return false
 	}
 	// The noise is relative to the larger of the prediction and the
-	// outcome. Relative to the prediction alone, an outcome far above a
-	// prediction far too low (a worker's first, against the prior) was
-	// weighed as precise as the prediction was small: one outcome 5×
-	// the prior once outweighed the next thirty, and the fit stayed 1.5×
-	// too slow on all of them.
+	// outcome: relative to the prediction alone, an outcome far above a
+	// prediction far too low (a worker's first, against the prior) would
+	// weigh as much more as the prediction was small, and outweigh many
+	// later ones (TestCalibrationReplay).
 	noise := c.scale * max(yhat, y)
 	r := noise * noise
 	// The predictive variance of yhat is zᵀA⁻¹z in units where each

@@ -59,10 +59,7 @@ type Config struct {
 	// TTFTWeight is how many times more the request's own time to first
 	// token counts, in the e2e objective, on top of its time to the last
 	// token: 0 weighs a second of waiting for the first token as a second
-	// of decoding, 2 as three. Default 2: where every request wants the same fast worker
-	// the whole-response costs come out near equal, and the first token
-	// (mostly whether the prefix is cached) should decide, not their noise
-	// (BENCHMARKS.md, "The first token's weight").
+	// of decoding, 2 as three (why: chooseE2E). Default 2.
 	TTFTWeight float64 `yaml:"ttft_weight"`
 	// DefaultOutputTokens is the output length assumed for a request of a
 	// model whose outputs have not been learned yet, when it sets no
