@@ -158,6 +158,18 @@ func (l *learner) learn(a *assignment, o Outcome, now time.Time, eng engineTTFT)
 		w.cached = float64(o.CachedTokens)
 		w.offloaded = min(w.offloaded, w.cached)
 	}
+	// The work ahead is fitted as the first tokens show it, not as the
+	// ledger estimated it: that estimate is the fitted model's own speed
+	// applied to the time the queue had run, so a model too slow finds
+	// too much ahead, reads the outcome as a fast worker, and overshoots
+	// (Mooncake's trace on workers about 1.8× faster than the prior: the
+	// long prompts that waited in a queue were predicted 8–19% short at
+	// the median, and −5% to +2% once fitted in hindsight).
+	if a.firstSeen {
+		if ahead, ok := a.pending.hindsight(a.decided, a.firstAt, w.uncached()); ok {
+			w.ahead += ahead - a.pending.ahead
+		}
+	}
 	// An outcome that waited for KV blocks says little about step
 	// times: the wait is priced separately and not fitted. Nor does one
 	// that waited behind requests no ledger knew of: fitted, their work

@@ -126,9 +126,11 @@ type assignment struct {
 	// stream is set for streamed requests, whose first token the caller
 	// can see and report.
 	stream bool
-	// work is the model input at decision time; pred what came out.
-	work workload
-	pred prediction
+	// work is the model input at decision time; pred what came out;
+	// pending the prefill stream ahead of it, when there was one.
+	work    workload
+	pred    prediction
+	pending prefillStream
 	// cached is the predicted prefix hit; exact whether it came from
 	// exact tokens and the index (only then it is checked against the
 	// engine's answer).
@@ -192,8 +194,34 @@ type ledgerLoad struct {
 	blocks int
 	// extra is the number of requests the scrape shows beyond the ledger.
 	extra int
+	// pending is the FIFO prefill stream ahead, when first tokens are
+	// reported: what calibration needs to redo ahead in hindsight.
+	pending prefillStream
 	// kvUsage is the scraped usage, -1 when unknown.
 	kvUsage float64
+}
+
+// prefillStream is the prefill work a decision found queued on a worker
+// whose first tokens are reported: queued tokens pending since start, of
+// which the load took ahead to remain, taking the rest as done at the
+// calibrated speed.
+type prefillStream struct {
+	start  time.Time
+	queued float64
+	ahead  float64
+}
+
+// hindsight returns the tokens that were ahead of a request decided at
+// decided, of own tokens, whose first token came at first, had the stream
+// progressed at the pace it showed; ok is false when the stream gives no
+// pace (none queued, or no time passed).
+func (p prefillStream) hindsight(decided, first time.Time, own float64) (ahead float64, ok bool) {
+	span := first.Sub(p.start).Seconds()
+	if p.start.IsZero() || p.queued <= 0 || span <= 0 {
+		return 0, false
+	}
+	pace := (p.queued + own) / span
+	return max(p.queued-pace*decided.Sub(p.start).Seconds(), 0), true
 }
 
 // workerLedger is one worker's part of the ledger.
@@ -379,7 +407,9 @@ func (s *workerLedger) load(now time.Time, r discovery.EngineLoad, fresh bool, b
 			streamStart = s.lastFirst
 		}
 		done := now.Sub(streamStart).Seconds() / prefillPerToken
+		queued := l.ahead
 		l.ahead = max(l.ahead-done, min(l.ahead, budget)/4)
+		l.pending = prefillStream{start: streamStart, queued: queued, ahead: l.ahead}
 	}
 	if !fresh {
 		return l
