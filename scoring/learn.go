@@ -158,18 +158,6 @@ func (l *learner) learn(a *assignment, o Outcome, now time.Time, eng engineTTFT)
 		w.cached = float64(o.CachedTokens)
 		w.offloaded = min(w.offloaded, w.cached)
 	}
-	// The work ahead is fitted as the first tokens show it, not as the
-	// ledger estimated it: that estimate is the fitted model's own speed
-	// applied to the time the queue had run, so a model too slow finds
-	// too much ahead, reads the outcome as a fast worker, and overshoots
-	// (Mooncake's trace on workers about 1.8× faster than the prior: the
-	// long prompts that waited in a queue were predicted 11.5% short at
-	// the median of eight runs, 3.5% once fitted in hindsight).
-	if a.firstSeen {
-		if ahead, ok := a.pending.hindsight(a.decided, a.firstAt, w.uncached()); ok {
-			w.ahead += ahead - a.pending.ahead
-		}
-	}
 	// An outcome that waited for KV blocks says little about step
 	// times: the wait is priced separately and not fitted. Nor does one
 	// that waited behind requests no ledger knew of: fitted, their work
@@ -178,6 +166,19 @@ func (l *learner) learn(a *assignment, o Outcome, now time.Time, eng engineTTFT)
 	// failed attempt.
 	res.unexplained = a.unexplained
 	if a.kvWait == 0 && !a.unexplained && !a.moved {
+		// The work ahead is fitted as the first tokens show it, not as
+		// the ledger estimated it: that estimate is the fitted model's
+		// own speed applied to the time the queue had run, so a model too
+		// slow finds too much ahead, reads the outcome as a fast worker,
+		// and overshoots (Mooncake's trace on workers about 1.8× faster
+		// than the prior: the long prompts that waited in a queue were
+		// predicted 11.5% short at the median of eight runs, 3.5% once
+		// fitted in hindsight).
+		if a.firstSeen {
+			if ahead, ok := a.pending.hindsight(a.decided, a.firstAt, w.uncached()); ok {
+				w.ahead += ahead - a.pending.ahead
+			}
+		}
 		ls.TTFT = Fit{OK: true, X: w.features(), Y: actual / a.pred.factor, Seen: actual}
 	}
 	ls.Decode = l.decodeFit(st, a, o)
