@@ -86,14 +86,16 @@ func (m *Mesh) serveFollower(stream grpc.ServerStream, first []byte) error {
 	if addr := advertisedAddr(stream, h.Advertise); addr != "" && h.ID != m.id {
 		m.learn(addr)
 	}
+	// Subscribed before the hello is answered, the follower gets every
+	// change made after it reads the answer: the snapshot, then the rest.
+	sub := &subscriber{ch: make(chan []byte, subscriberQueue)}
+	snapshot := m.subscribe(sub)
+	defer m.unsubscribe(sub)
 	// A follower of an older version is answered in its own.
 	reply := hello{Version: min(h.Version, wireVersion), ID: m.id, Name: m.name, Advertise: m.advertised(), Proof: proof(m.token, h.Nonce, m.id)}
 	if err := stream.SendMsg(&wrapperspb.BytesValue{Value: appendHello(nil, reply, true)}); err != nil {
 		return err
 	}
-	sub := &subscriber{ch: make(chan []byte, subscriberQueue)}
-	snapshot := m.subscribe(sub)
-	defer m.unsubscribe(sub)
 	send := func(f []byte) error {
 		if reply.Version < wireVersion {
 			var err error
