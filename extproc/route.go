@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,8 +82,12 @@ func (r *routing) stopTTL() {
 }
 
 // decide parses the body, finds the candidates and asks the picker. It
-// returns the routing mutation, or a rejection for the client.
+// returns the routing mutation, or a rejection for the client. In a
+// runtime execution trace (/debug/pprof/trace) it is the region
+// "warmpath.decide", so a slow decision's time can be split into running,
+// waiting for a processor and blocked.
 func (s *Server) decide(ctx context.Context, ex *exchange) (*extprocv3.CommonResponse, *structpb.Struct, *rejection) {
+	defer trace.StartRegion(ctx, "warmpath.decide").End()
 	start := s.now()
 	rt := &ex.route
 	r := &rt.req

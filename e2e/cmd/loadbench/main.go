@@ -81,6 +81,7 @@ type options struct {
 	tokenizer  string
 	out        string
 	pprof      bool
+	trace      time.Duration
 	seed       uint64
 	long       int    // requests per chat100k series
 	peerCfg    string // stackOptions.peerCfg of the peers scenario
@@ -102,6 +103,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.tokenizer, "tokenizer", "tokenize/testdata/models/qwen3", "tokenizer directory of the served model")
 	fs.StringVar(&o.out, "out", "", "directory for results.md and warmpath's logs (default: a temporary one)")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof with mutex and block profiling (costs CPU; for profiling, not for figures)")
+	fs.DurationVar(&o.trace, "trace", 0, "save a runtime execution trace this long from the middle of each rate run, as NAME.trace in -out (go tool trace; costs CPU while it records)")
 	fs.Uint64Var(&o.seed, "seed", 1, "workload seed")
 	fs.IntVar(&o.long, "long-requests", 20, "requests per chat100k series (more for a profile with enough samples)")
 	env := fs.String("warmpath-env", "", "comma-separated NAME=value added to warmpath's environment (GOGC=400)")
@@ -177,7 +179,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 func (o options) stackOptions(name string, capBlocks int) stackOptions {
 	return stackOptions{binary: o.binary, tokenizer: o.tokenizer, workers: o.workers, conns: o.conns, capBlocks: capBlocks,
-		pprof: o.pprof, logPath: filepath.Join(o.out, name+".log"), env: o.env}
+		pprof: o.pprof, trace: o.trace > 0, logPath: filepath.Join(o.out, name+".log"), env: o.env}
 }
 
 // rateRun is one run at a fixed open-loop rate.
@@ -191,6 +193,7 @@ type rateRun struct {
 	lastP50         time.Duration
 	late            int     // requests still waiting for routing when the schedule ended
 	wpP50, wpP99    float64 // seconds, from warmpath's histogram
+	wpWithin        float64 // share of warmpath's decisions within the p99 budget (decisionBudget)
 	chunkP50        float64 // seconds warmpath spent on a response chunk, from its histogram
 	chunkP99        float64
 	peerCores       float64 // the peer replica's CPU seconds per second (stack.peer)
@@ -244,6 +247,16 @@ func runRate(ctx context.Context, s *stack, o options, name string, rate float64
 			profiled.Go(func() { saveCPUProfile(s.peerAdmin, o.out, name+"-peer", max(time.Second, o.duration-time.Second)) })
 		}
 	}
+	if o.trace > 0 {
+		profiled.Go(func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(max(o.duration-o.trace, 0) / 2):
+			}
+			saveTrace(s.admin, o.out, name, o.trace)
+		})
+	}
 	peerCPU0, peerSent0 := s.peerCPU(), s.peerBytesSent()
 	res, err := schedule(ctx, s, rate, o.duration, draw, resp, o.seed)
 	profiled.Wait()
@@ -260,6 +273,7 @@ func runRate(ctx context.Context, s *stack, o options, name string, rate float64
 	}
 	res.scenario, res.rate = name, rate
 	res.wpP50, res.wpP99 = quantile(0.5, before[0], after[0]), quantile(0.99, before[0], after[0])
+	res.wpWithin = within(decisionBudget, before[0], after[0])
 	res.chunkP50, res.chunkP99 = quantile(0.5, before[1], after[1]), quantile(0.99, before[1], after[1])
 	res.cores = (cpu1 - cpu0) / wall
 	res.cpuPerReq = (cpu1 - cpu0) / float64(max(1, res.sent))
@@ -571,6 +585,17 @@ func saveCPUProfile(admin, dir, name string, d time.Duration) {
 	_ = os.WriteFile(filepath.Join(dir, name+".cpu.pprof"), b, 0o644)
 }
 
+// saveTrace writes a runtime execution trace of d from admin as NAME.trace.
+func saveTrace(admin, dir, name string, d time.Duration) {
+	resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/trace?seconds=%g", admin, d.Seconds()))
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	_ = os.WriteFile(filepath.Join(dir, name+".trace"), b, 0o644)
+}
+
 // saveProfiles writes warmpath's heap, mutex and block profiles.
 func saveProfiles(s *stack, dir, name string) error {
 	for _, p := range []string{"mutex", "block", "heap", "goroutine"} {
@@ -591,8 +616,8 @@ func saveProfiles(s *stack, dir, name string) error {
 }
 
 func (r *rateRun) line() string {
-	s := fmt.Sprintf("%d sent, %d failed, client p50 %s p99 %s, warmpath p50 %.3f ms p99 %.3f ms, chunk p50 %.1f µs p99 %.1f µs, %.2f cores, %.2f ms CPU/request, driver %.2f cores, queue grew %v (first/last third p50 %s/%s, %d late)",
-		r.sent, r.failed, pct(r.client, 0.5), pct(r.client, 0.99), 1e3*r.wpP50, 1e3*r.wpP99, 1e6*r.chunkP50, 1e6*r.chunkP99, r.cores, 1e3*r.cpuPerReq, r.driverCores, r.grew(), r.firstP50, r.lastP50, r.late)
+	s := fmt.Sprintf("%d sent, %d failed, client p50 %s p99 %s, warmpath p50 %.3f ms p99 %.3f ms (%.2f%% within 2 ms), chunk p50 %.1f µs p99 %.1f µs, %.2f cores, %.2f ms CPU/request, driver %.2f cores, queue grew %v (first/last third p50 %s/%s, %d late)",
+		r.sent, r.failed, pct(r.client, 0.5), pct(r.client, 0.99), 1e3*r.wpP50, 1e3*r.wpP99, 100*r.wpWithin, 1e6*r.chunkP50, 1e6*r.chunkP99, r.cores, 1e3*r.cpuPerReq, r.driverCores, r.grew(), r.firstP50, r.lastP50, r.late)
 	if r.firstErr != "" {
 		s += "; first error: " + r.firstErr
 	}
@@ -600,6 +625,11 @@ func (r *rateRun) line() string {
 }
 
 var errNoRuns = errors.New("no runs")
+
+// decisionBudget is the decision's p99 budget (DESIGN.md §5), one of
+// warmpath's histogram bounds: the share of decisions within it is
+// counted.
+const decisionBudget = 0.002
 
 func median(v []float64) (med, lo, hi float64, err error) {
 	if len(v) == 0 {

@@ -28,6 +28,22 @@ func TestQuantile(t *testing.T) {
 	}
 }
 
+func TestWithin(t *testing.T) {
+	t.Parallel()
+	le := []float64{0.001, 0.002, 0.004, math.Inf(1)}
+	before := histogram{le: le, count: []float64{10, 10, 10, 10}}
+	after := histogram{le: le, count: []float64{60, 110, 110, 111}}
+	if got, want := within(0.002, before, after), 100.0/101; math.Abs(got-want) > 1e-12 {
+		t.Errorf("within(2 ms) = %v, want %v", got, want)
+	}
+	if got := within(0.003, before, after); !math.IsNaN(got) {
+		t.Errorf("within a value that is not a bound = %v, want NaN", got)
+	}
+	if got := within(0.002, after, after); !math.IsNaN(got) {
+		t.Errorf("no observations between the scrapes: %v, want NaN", got)
+	}
+}
+
 // TestSmoke runs every scenario but chat100k briefly against a real
 // warmpath process with 4 fake engines (and, for peers, a second one
 // sharing its ledger): every request routed, no failure, the tables

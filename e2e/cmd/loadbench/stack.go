@@ -47,6 +47,7 @@ type stackOptions struct {
 	conns     int
 	capBlocks int
 	pprof     bool
+	trace     bool // serve /debug/pprof without mutex sampling, for an execution trace
 	logPath   string
 	extra     string   // appended to the configuration
 	peer      bool     // start a second replica sharing the ledger (stack.peer)
@@ -73,8 +74,11 @@ func startStack(ctx context.Context, o stackOptions) (*stack, error) {
 		fmt.Fprintf(&cfg, "  - {name: %s, address: %q, models: [qwen3], kv_events: %q}\n", e.name, e.addr, e.events)
 	}
 	cfg.WriteString("log: {level: warn}\n")
-	if o.pprof {
+	switch {
+	case o.pprof:
 		cfg.WriteString("debug: {pprof: true, mutex_profile_fraction: 20}\n")
+	case o.trace:
+		cfg.WriteString("debug: {pprof: true}\n")
 	}
 	cfg.WriteString(o.extra)
 	dir, err := os.MkdirTemp("", "loadbench")
@@ -360,6 +364,29 @@ func (s *stack) scrapeHistograms(names ...string) ([]histogram, error) {
 		}
 	}
 	return hs, sc.Err()
+}
+
+// within returns the share of the observations between two scrapes that
+// were at most bound, which must be one of the histogram's bucket bounds
+// (NaN otherwise, or when there were none): a budget checked by counting,
+// not by interpolating a quantile.
+func within(bound float64, before, after histogram) float64 {
+	i := slices.Index(after.le, bound)
+	n := len(after.le)
+	if i < 0 || n == 0 {
+		return math.NaN()
+	}
+	d := func(j int) float64 {
+		c := after.count[j]
+		if j < len(before.count) {
+			c -= before.count[j]
+		}
+		return c
+	}
+	if d(n-1) == 0 {
+		return math.NaN()
+	}
+	return d(i) / d(n-1)
 }
 
 // quantile is histogram_quantile over the observations between two scrapes:
