@@ -307,8 +307,9 @@ func (ix *Index) nodeOf(key uint64) uint32 {
 		return 0
 	}
 	fp := fingerprint(key)
-	for i := t.home(fp); ; {
-		s := t.slots[i]
+	slots := t.slotsOf(fp)
+	for i := home(slots, fp); ; {
+		s := slots[i]
 		ni := uint32(s)
 		if ni == 0 {
 			return 0
@@ -316,7 +317,7 @@ func (ix *Index) nodeOf(key uint64) uint32 {
 		if uint32(s>>32) == fp && ix.node(ni).key == key {
 			return ni
 		}
-		if i++; i == len(t.slots) {
+		if i++; i == len(slots) {
 			i = 0
 		}
 	}

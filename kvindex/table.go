@@ -7,20 +7,40 @@ package kvindex
 // confirms a fingerprint match with an eq function, so two keys that share
 // a fingerprint are still told apart.
 //
-// Entries are placed Robin Hood style (see place). The table grows by half when it is 4/5 full and its size need not be a
-// power of two (a slot's home is the fingerprint scaled to the size), so
-// it stays between 8/15 and 4/5 full as it grows: about 12 bytes per
-// entry on average, where a table of full keys doubling at 3/4 takes 24.
+// Entries are placed Robin Hood style (see place). The table grows by half
+// when it is 4/5 full and its size need not be a power of two (a slot's
+// home is the fingerprint scaled to the size), so it stays between 8/15
+// and 4/5 full as it grows: about 12 bytes per entry on average, where a
+// table of full keys doubling at 3/4 takes 24.
+//
+// A resize is incremental. Rehashing a table of millions of entries at
+// once takes tens of milliseconds, all of it under the index's write lock
+// that every routing decision's lookup waits on; instead the old slots are
+// kept and each later insert or delete moves the entries of the next
+// drainStep homes across. A slot's home is monotone in its fingerprint and
+// a Robin Hood run is ordered by home, so the entries of one home lie
+// together and "home in the old slots below drained" tells, for any key,
+// which of the two arrays holds it. The old slots take at most
+// size/drainStep inserts before they are drained, so they never fill.
 //
 // Value 0 marks an empty slot, so stored values must be non-zero (node
 // indices start at 1). The zero value is an empty table. A table is not
 // safe for concurrent mutation.
 type table struct {
 	slots []uint64 // fingerprint<<32 | value
-	n     int
+	n     int      // entries in slots and old
+	// old is the slots being drained into slots, nil when none; the
+	// entries of its homes below drained have moved.
+	old     []uint64
+	drained int
 }
 
-const tableMinSize = 8
+const (
+	tableMinSize = 8
+	// drainStep is the homes of the old slots moved per insert or delete
+	// while a resize is under way.
+	drainStep = 16
+)
 
 // fingerprint returns the bits of k that place and identify it. Keys are
 // hashes already; the multiply spreads keys whose high bits are patterned.
@@ -28,9 +48,18 @@ func fingerprint(k uint64) uint32 {
 	return uint32((k * 0x9e3779b97f4a7c15) >> 32)
 }
 
-// home returns the slot a fingerprint's probe run starts at.
-func (t *table) home(fp uint32) int {
-	return int(uint64(fp) * uint64(len(t.slots)) >> 32)
+// home returns the slot a fingerprint's probe run starts at in slots.
+func home(slots []uint64, fp uint32) int {
+	return int(uint64(fp) * uint64(len(slots)) >> 32)
+}
+
+// slotsOf returns the array that holds a key with fingerprint fp, and
+// does with it.
+func (t *table) slotsOf(fp uint32) []uint64 {
+	if t.old != nil && home(t.old, fp) >= t.drained {
+		return t.old
+	}
+	return t.slots
 }
 
 // get returns the value stored for k, or 0: the first value whose
@@ -40,8 +69,9 @@ func (t *table) get(k uint64, eq func(v uint32) bool) uint32 {
 		return 0
 	}
 	fp := fingerprint(k)
-	for i := t.home(fp); ; {
-		s := t.slots[i]
+	slots := t.slotsOf(fp)
+	for i := home(slots, fp); ; {
+		s := slots[i]
 		v := uint32(s)
 		if v == 0 {
 			return 0
@@ -49,7 +79,7 @@ func (t *table) get(k uint64, eq func(v uint32) bool) uint32 {
 		if uint32(s>>32) == fp && eq(v) {
 			return v
 		}
-		if i++; i == len(t.slots) {
+		if i++; i == len(slots) {
 			i = 0
 		}
 	}
@@ -57,102 +87,150 @@ func (t *table) get(k uint64, eq func(v uint32) bool) uint32 {
 
 // insert stores v (non-zero) for k, which must not be in the table.
 func (t *table) insert(k uint64, v uint32) {
-	if (t.n+1)*5 > len(t.slots)*4 {
+	switch {
+	case t.old != nil:
+		t.drain()
+	case (t.n+1)*5 > len(t.slots)*4:
 		t.resize(max(tableMinSize, len(t.slots)*3/2))
 	}
-	t.place(uint64(fingerprint(k))<<32 | uint64(v))
+	fp := fingerprint(k)
+	place(t.slotsOf(fp), uint64(fp)<<32|uint64(v))
 	t.n++
 }
 
-// place stores slot value s Robin Hood style: walking its probe run, it
-// takes the place of the first entry closer to its own home than s is to
-// s's, and carries that entry on. A run is thus ordered by home, so a
-// deletion can stop shifting at the first entry that sits at its home.
-func (t *table) place(s uint64) {
+// place stores slot value s in slots Robin Hood style: walking its probe
+// run, it takes the place of the first entry closer to its own home than s
+// is to s's, and carries that entry on. A run is thus ordered by home, so
+// a deletion can stop shifting at the first entry that sits at its home.
+func place(slots []uint64, s uint64) {
 	dist := 0
-	for i := t.home(uint32(s >> 32)); ; {
-		cur := t.slots[i]
+	for i := home(slots, uint32(s>>32)); ; {
+		cur := slots[i]
 		if uint32(cur) == 0 {
-			t.slots[i] = s
+			slots[i] = s
 			return
 		}
-		if d := t.dist(i, cur); d < dist {
-			t.slots[i], s = s, cur
+		if d := distance(slots, i, cur); d < dist {
+			slots[i], s = s, cur
 			dist = d
 		}
 		dist++
-		if i++; i == len(t.slots) {
+		if i++; i == len(slots) {
 			i = 0
 		}
 	}
 }
 
-// dist returns how far slot value s, stored at i, sits from its home.
-func (t *table) dist(i int, s uint64) int {
-	d := i - t.home(uint32(s>>32))
+// distance returns how far slot value s, stored at i, sits from its home.
+func distance(slots []uint64, i int, s uint64) int {
+	d := i - home(slots, uint32(s>>32))
 	if d < 0 {
-		d += len(t.slots)
+		d += len(slots)
 	}
 	return d
 }
 
-// del removes the entry of k for which eq reports true, shifting later
-// entries of its probe run back so lookups never need tombstones.
+// del removes the entry of k for which eq reports true.
 func (t *table) del(k uint64, eq func(v uint32) bool) {
 	if t.n == 0 {
 		return
 	}
-	size := len(t.slots)
+	if t.old != nil {
+		t.drain()
+	}
 	fp := fingerprint(k)
-	i := t.home(fp)
+	slots := t.slotsOf(fp)
+	i := home(slots, fp)
 	for {
-		s := t.slots[i]
+		s := slots[i]
 		if uint32(s) == 0 {
 			return
 		}
 		if uint32(s>>32) == fp && eq(uint32(s)) {
 			break
 		}
-		if i++; i == size {
+		if i++; i == len(slots) {
 			i = 0
 		}
 	}
+	removeAt(slots, i)
 	t.n--
-	// Shift the rest of the run back by one, up to an empty slot or an
-	// entry at its home.
-	for {
-		j := i + 1
-		if j == size {
-			j = 0
-		}
-		s := t.slots[j]
-		if uint32(s) == 0 || t.dist(j, s) == 0 {
-			break
-		}
-		t.slots[i] = s
-		i = j
-	}
-	t.slots[i] = 0
-	if size > tableMinSize && t.n*8 < size {
+	if size := len(t.slots); t.old == nil && size > tableMinSize && t.n*8 < size {
 		t.resize(max(tableMinSize, size/2))
 	}
 }
 
-func (t *table) resize(size int) {
-	old := t.slots
-	t.slots = make([]uint64, size)
-	for _, s := range old {
-		if uint32(s) != 0 {
-			t.place(s)
+// removeAt empties slot i, shifting the rest of its probe run back by one
+// (up to an empty slot or an entry at its home), so lookups never need
+// tombstones.
+func removeAt(slots []uint64, i int) {
+	for {
+		j := i + 1
+		if j == len(slots) {
+			j = 0
 		}
+		s := slots[j]
+		if uint32(s) == 0 || distance(slots, j, s) == 0 {
+			break
+		}
+		slots[i] = s
+		i = j
+	}
+	slots[i] = 0
+}
+
+// resize starts moving the entries to new slots of size, and moves the
+// first drainStep homes' worth.
+func (t *table) resize(size int) {
+	t.old, t.drained = t.slots, 0
+	t.slots = make([]uint64, size)
+	t.drain()
+}
+
+// drain moves the entries of the next drainStep homes of the old slots,
+// and drops the old slots once all have moved. The entries of home h are
+// found from slot h on: before them in the run lie only entries of homes
+// that come earlier (cyclically: those that wrapped from the end of the
+// slots), which sit further from their homes than h's would at the same
+// slot; after them, entries of later homes, which sit nearer.
+func (t *table) drain() {
+	old := t.old
+	for end := min(t.drained+drainStep, len(old)); t.drained < end; t.drained++ {
+		h := t.drained
+		for i := h; ; {
+			s := old[i]
+			if uint32(s) == 0 {
+				break
+			}
+			d, dh := distance(old, i, s), i-h
+			if dh < 0 {
+				dh += len(old)
+			}
+			if d < dh {
+				break // a later home: h has no more entries
+			}
+			if d == dh {
+				removeAt(old, i) // the run's next entry shifts into i
+				place(t.slots, s)
+				continue
+			}
+			if i++; i == len(old) {
+				i = 0
+			}
+		}
+	}
+	if t.drained == len(old) {
+		t.old, t.drained = nil, 0
 	}
 }
 
 // each calls fn for every value; fn must not modify the table.
 func (t *table) each(fn func(v uint32)) {
-	for _, s := range t.slots {
-		if v := uint32(s); v != 0 {
-			fn(v)
+	for _, slots := range [2][]uint64{t.old, t.slots} {
+		for _, s := range slots {
+			if v := uint32(s); v != 0 {
+				fn(v)
+			}
 		}
 	}
 }

@@ -48,6 +48,13 @@ func TestTableMatchesMap(t *testing.T) {
 				if got := tb.get(k, eq(k)); got != ref[k] {
 					t.Fatalf("op %d: get(%d) = %d, want %d", i, k, got, ref[k])
 				}
+				if i%4999 == 0 || (tb.old != nil && i%211 == 0) { // every key, often in mid-resize
+					for k, v := range ref {
+						if got := tb.get(k, eq(k)); got != v {
+							t.Fatalf("op %d (resizing %v): get(%d) = %d, want %d", i, tb.old != nil, k, got, v)
+						}
+					}
+				}
 			}
 			if tb.len() != len(ref) {
 				t.Fatalf("len %d, want %d", tb.len(), len(ref))
@@ -69,6 +76,63 @@ func TestTableMatchesMap(t *testing.T) {
 				t.Error("table not empty after deleting everything")
 			}
 		})
+	}
+}
+
+// TestTableResizesIncrementally grows and shrinks a large table and checks
+// that no single insert or delete moves more than drainStep homes' worth
+// of the old slots, that every key is found while both arrays hold
+// entries, and that the old slots are dropped once drained.
+func TestTableResizesIncrementally(t *testing.T) {
+	t.Parallel()
+	var tb table
+	const n = 200000
+	keys := make([]uint64, n)
+	r := rand.New(rand.NewPCG(3, 4))
+	keyOf := make(map[uint32]uint64, n)
+	eq := func(k uint64) func(v uint32) bool { return func(v uint32) bool { return keyOf[v] == k } }
+	check := func(upTo int) {
+		t.Helper()
+		for i := range upTo {
+			if keys[i] != 0 && tb.get(keys[i], eq(keys[i])) != uint32(i+1) {
+				t.Fatalf("key %d lost (resizing %v, %d of %d homes drained)", i, tb.old != nil, tb.drained, len(tb.old))
+			}
+		}
+	}
+	resizes := 0
+	for i := range n {
+		keys[i] = r.Uint64() | 1
+		keyOf[uint32(i+1)] = keys[i]
+		wasDraining, drained := tb.old != nil, tb.drained
+		tb.insert(keys[i], uint32(i+1))
+		if tb.old != nil && !wasDraining {
+			resizes++
+			if len(tb.old) >= 50000 {
+				check(i + 1) // just after a large resize began
+			}
+		}
+		if wasDraining && tb.old != nil && tb.drained-drained > drainStep {
+			t.Fatalf("one insert drained %d homes", tb.drained-drained)
+		}
+	}
+	if resizes < 20 {
+		t.Fatalf("%d resizes began; want the table to have grown by steps", resizes)
+	}
+	// Delete most keys: the table shrinks, again by steps.
+	for i := range n - 1000 {
+		wasDraining, drained := tb.old != nil, tb.drained
+		tb.del(keys[i], eq(keys[i]))
+		keys[i] = 0
+		if wasDraining && tb.old != nil && tb.drained-drained > drainStep {
+			t.Fatalf("one delete drained %d homes", tb.drained-drained)
+		}
+		if tb.old != nil && i%1013 == 0 {
+			check(n)
+		}
+	}
+	check(n)
+	if tb.len() != 1000 || len(tb.slots) > 16*1000 {
+		t.Fatalf("after deleting all but 1,000: len %d, %d slots", tb.len(), len(tb.slots))
 	}
 }
 
