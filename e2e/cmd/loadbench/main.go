@@ -28,6 +28,11 @@
 //     warmpath serve, to which nothing is routed), in -runs pairs: what
 //     sharing costs the routing replica per request, and the peer bytes.
 //
+// With -echo the rate scenarios run against an echo processor (echo.go)
+// that speaks the same exchange and decides nothing: the client-side floor
+// of the driver, gRPC and the machine, against which warmpath's client
+// figures are read.
+//
 // CPU is read from each thread's /proc schedstat (nanoseconds; the 10 ms
 // ticks of /proc/PID/stat are too coarse for one request).
 package main
@@ -59,6 +64,9 @@ import (
 )
 
 func main() {
+	if echoMain() {
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
@@ -82,6 +90,7 @@ type options struct {
 	out        string
 	pprof      bool
 	trace      time.Duration
+	echo       bool
 	seed       uint64
 	long       int    // requests per chat100k series
 	peerCfg    string // stackOptions.peerCfg of the peers scenario
@@ -104,6 +113,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.out, "out", "", "directory for results.md and warmpath's logs (default: a temporary one)")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof with mutex and block profiling (costs CPU; for profiling, not for figures)")
 	fs.DurationVar(&o.trace, "trace", 0, "save a runtime execution trace this long from the middle of each rate run, as NAME.trace in -out (go tool trace; costs CPU while it records)")
+	fs.BoolVar(&o.echo, "echo", false, "run the rate scenarios against an echo processor that decides nothing (echo.go) instead of warmpath: the client-side floor of the driver, gRPC and this machine")
 	fs.Uint64Var(&o.seed, "seed", 1, "workload seed")
 	fs.IntVar(&o.long, "long-requests", 20, "requests per chat100k series (more for a profile with enough samples)")
 	env := fs.String("warmpath-env", "", "comma-separated NAME=value added to warmpath's environment (GOGC=400)")
@@ -141,7 +151,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
-	if o.binary == "" {
+	if o.binary == "" && !o.echo {
 		o.binary = filepath.Join(o.out, "warmpath")
 		b := exec.CommandContext(ctx, "go", "build", "-o", o.binary, "github.com/warmpath/warmpath/cmd/warmpath")
 		b.Stdout, b.Stderr = os.Stderr, os.Stderr
@@ -179,7 +189,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 func (o options) stackOptions(name string, capBlocks int) stackOptions {
 	return stackOptions{binary: o.binary, tokenizer: o.tokenizer, workers: o.workers, conns: o.conns, capBlocks: capBlocks,
-		pprof: o.pprof, trace: o.trace > 0, logPath: filepath.Join(o.out, name+".log"), env: o.env}
+		pprof: o.pprof, trace: o.trace > 0, echo: o.echo, logPath: filepath.Join(o.out, name+".log"), env: o.env}
 }
 
 // rateRun is one run at a fixed open-loop rate.
@@ -230,9 +240,12 @@ func runRate(ctx context.Context, s *stack, o options, name string, rate float64
 		}
 	}
 	hists := []string{"warmpath_decision_duration_seconds", "warmpath_response_chunk_duration_seconds"}
-	before, err := s.scrapeHistograms(hists...)
-	if err != nil {
-		return nil, err
+	var before, after []histogram
+	var err error
+	if !o.echo { // the echo processor keeps no histograms
+		if before, err = s.scrapeHistograms(hists...); err != nil {
+			return nil, err
+		}
 	}
 	cpu0, err := s.cpu()
 	if err != nil {
@@ -267,14 +280,18 @@ func runRate(ctx context.Context, s *stack, o options, name string, rate float64
 	cpu1, _ := s.cpu()
 	res.peerCores = (s.peerCPU() - peerCPU0) / wall
 	res.peerBytesPerReq = (s.peerBytesSent() - peerSent0) / float64(max(1, res.sent))
-	after, err := s.scrapeHistograms(hists...)
-	if err != nil {
-		return nil, err
-	}
 	res.scenario, res.rate = name, rate
-	res.wpP50, res.wpP99 = quantile(0.5, before[0], after[0]), quantile(0.99, before[0], after[0])
-	res.wpWithin = within(decisionBudget, before[0], after[0])
-	res.chunkP50, res.chunkP99 = quantile(0.5, before[1], after[1]), quantile(0.99, before[1], after[1])
+	res.wpP50, res.wpP99, res.wpWithin, res.chunkP50, res.chunkP99 = math.NaN(), math.NaN(), math.NaN(), math.NaN(), math.NaN()
+	if !o.echo {
+		if after, err = s.scrapeHistograms(hists...); err != nil {
+			return nil, err
+		}
+		res.wpP50, res.wpP99 = quantile(0.5, before[0], after[0]), quantile(0.99, before[0], after[0])
+		res.wpWithin = within(decisionBudget, before[0], after[0])
+		res.chunkP50, res.chunkP99 = quantile(0.5, before[1], after[1]), quantile(0.99, before[1], after[1])
+	} else {
+		res.scenario = name + " (echo)"
+	}
 	res.cores = (cpu1 - cpu0) / wall
 	res.cpuPerReq = (cpu1 - cpu0) / float64(max(1, res.sent))
 	res.driverCores = (selfCPU() - self0) / wall
@@ -645,10 +662,3 @@ func median(v []float64) (med, lo, hi float64, err error) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
-
-func nanOr(v float64) float64 {
-	if math.IsNaN(v) {
-		return 0
-	}
-	return v
-}

@@ -44,6 +44,59 @@ func TestWithin(t *testing.T) {
 	}
 }
 
+// runBrief runs loadbench with args after one unwarmed run of each
+// scenario on 4 fake engines, and returns its results.md.
+func runBrief(t *testing.T, args ...string) []byte {
+	t.Helper()
+	out := t.TempDir()
+	var stdout strings.Builder
+	args = append([]string{"-runs", "1", "-warmup", "0s", "-workers", "4",
+		"-tokenizer", filepath.Join("..", "..", "..", "tokenize", "testdata", "models", "qwen3"), "-out", out}, args...)
+	if err := run(t.Context(), args, &stdout); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return md
+}
+
+// TestMain serves as the echo processor when a test started this binary
+// as one (stack.go re-executes the running binary).
+func TestMain(m *testing.M) {
+	if echoMain() {
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// TestEchoSmoke runs chat8k briefly against the echo processor: every
+// request routed to one of the workers, the row marked as the echo's,
+// warmpath's own figures left empty.
+func TestEchoSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a second process")
+	}
+	md := runBrief(t, "-echo", "-scenarios", "chat8k", "-duration", "1s", "-rate", "40")
+	var row string
+	for _, line := range strings.Split(string(md), "\n") {
+		if strings.HasPrefix(line, "| chat8k (echo) | 40 | 1 |") {
+			row = line
+		}
+	}
+	if row == "" {
+		t.Fatalf("results.md lacks the echo row:\n%s", md)
+	}
+	cells := strings.Split(row, "|")
+	if failed := strings.TrimSpace(cells[len(cells)-2]); failed != "0" {
+		t.Errorf("failed requests: %s", row)
+	}
+	if wp := strings.TrimSpace(cells[5]); wp != "–" {
+		t.Errorf("warmpath p50 of the echo processor = %q, want –", wp)
+	}
+}
+
 // TestSmoke runs every scenario but chat100k briefly against a real
 // warmpath process with 4 fake engines (and, for peers, a second one
 // sharing its ledger): every request routed, no failure, the tables
@@ -52,18 +105,7 @@ func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs warmpath")
 	}
-	out := t.TempDir()
-	var stdout strings.Builder
-	err := run(t.Context(), []string{"-scenarios", "chat8k,short,peers", "-runs", "1", "-duration", "2s", "-warmup", "0s",
-		"-rate", "40", "-short-rates", "80", "-workers", "4",
-		"-tokenizer", filepath.Join("..", "..", "..", "tokenize", "testdata", "models", "qwen3"), "-out", out}, &stdout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	md, err := os.ReadFile(filepath.Join(out, "results.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	md := runBrief(t, "-scenarios", "chat8k,short,peers", "-duration", "2s", "-rate", "40", "-short-rates", "80")
 	for _, want := range []string{"| chat8k | 40 | 1 |", "| short | 80 | 1 |", "| chat8k-alone | 40 | 1 |", "| chat8k-peer | 40 | 1 |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -27,6 +28,7 @@ func (r *report) long(pattern string) *longRun {
 
 // cell is "median (min–max)" of the values of each run.
 func cell(v []float64, format string) string {
+	v = slices.DeleteFunc(slices.Clone(v), math.IsNaN) // a figure a run did not measure
 	m, lo, hi, err := median(v)
 	if err != nil {
 		return "–"
@@ -78,9 +80,9 @@ func (r *report) markdown(o options) string {
 		fmt.Fprintf(&b, "| %s | %g | %d | %s | %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %s | %s | %d |\n",
 			k.scenario, k.rate, len(runs),
 			cell(col(func(x *rateRun) float64 { return x.achievedPerSec }), "%.0f"),
-			cell(col(func(x *rateRun) float64 { return 1e3 * nanOr(x.wpP50) }), "%.3f"),
-			cell(col(func(x *rateRun) float64 { return 1e3 * nanOr(x.wpP99) }), "%.3f"),
-			cell(col(func(x *rateRun) float64 { return 100 * nanOr(x.wpWithin) }), "%.2f%%"),
+			cell(col(func(x *rateRun) float64 { return 1e3 * x.wpP50 }), "%.3f"),
+			cell(col(func(x *rateRun) float64 { return 1e3 * x.wpP99 }), "%.3f"),
+			cell(col(func(x *rateRun) float64 { return 100 * x.wpWithin }), "%.2f%%"),
 			cell(col(func(x *rateRun) float64 { return ms(pct(x.client, 0.5)) }), "%.3f"),
 			cell(col(func(x *rateRun) float64 { return ms(pct(x.client, 0.99)) }), "%.3f"),
 			cell(col(func(x *rateRun) float64 { return ms(pct(x.client, 1)) }), "%.1f"),
@@ -88,8 +90,8 @@ func (r *report) markdown(o options) string {
 			cell(col(func(x *rateRun) float64 { return x.cores }), "%.2f"),
 			cell(col(func(x *rateRun) float64 { return 1e3 * x.cpuPerReq }), "%.3f"),
 			cell(col(func(x *rateRun) float64 { return x.chunksPerSec }), "%.0f"),
-			cell(col(func(x *rateRun) float64 { return 1e6 * nanOr(x.chunkP50) }), "%.1f"),
-			cell(col(func(x *rateRun) float64 { return 1e6 * nanOr(x.chunkP99) }), "%.1f"),
+			cell(col(func(x *rateRun) float64 { return 1e6 * x.chunkP50 }), "%.1f"),
+			cell(col(func(x *rateRun) float64 { return 1e6 * x.chunkP99 }), "%.1f"),
 			cell(col(func(x *rateRun) float64 { return x.driverCores }), "%.2f"),
 			failed)
 	}

@@ -48,6 +48,7 @@ type stackOptions struct {
 	capBlocks int
 	pprof     bool
 	trace     bool // serve /debug/pprof without mutex sampling, for an execution trace
+	echo      bool // start the echo processor (echo.go) instead of warmpath
 	logPath   string
 	extra     string   // appended to the configuration
 	peer      bool     // start a second replica sharing the ledger (stack.peer)
@@ -96,7 +97,15 @@ func startStack(ctx context.Context, o stackOptions) (*stack, error) {
 		base += fmt.Sprintf("peers: {token_file: %q%s}\n", token, o.peerCfg)
 	}
 	var extproc string
-	s.cmd, extproc, s.admin, err = startWarmpath(ctx, o.binary, filepath.Join(dir, "warmpath.yaml"), base, o.logPath, o.env)
+	binary, env := o.binary, o.env
+	if o.echo {
+		if binary, err = os.Executable(); err != nil {
+			s.close()
+			return nil, err
+		}
+		env = []string{echoEnv + "=" + strings.Join(echoWorkers(base), ",")}
+	}
+	s.cmd, extproc, s.admin, err = startWarmpath(ctx, binary, filepath.Join(dir, "warmpath.yaml"), base, o.logPath, env)
 	if err != nil {
 		s.close()
 		return nil, err
