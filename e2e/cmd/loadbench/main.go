@@ -210,6 +210,7 @@ type rateRun struct {
 	peerBytesPerReq float64 // peer bytes the routing replica sent per request
 	cores           float64 // warmpath CPU seconds per second
 	cpuPerReq       float64 // warmpath CPU seconds per request
+	waitCores       float64 // seconds per second warmpath's threads waited on a run queue for a CPU
 	driverCores     float64
 	chunksPerSec    float64
 	achievedPerSec  float64
@@ -247,6 +248,7 @@ func runRate(ctx context.Context, s *stack, o options, name string, rate float64
 			return nil, err
 		}
 	}
+	wait0 := s.runQueueWait()
 	cpu0, err := s.cpu()
 	if err != nil {
 		return nil, err
@@ -278,6 +280,7 @@ func runRate(ctx context.Context, s *stack, o options, name string, rate float64
 	}
 	wall := time.Since(t0).Seconds()
 	cpu1, _ := s.cpu()
+	res.waitCores = (s.runQueueWait() - wait0) / wall
 	res.peerCores = (s.peerCPU() - peerCPU0) / wall
 	res.peerBytesPerReq = (s.peerBytesSent() - peerSent0) / float64(max(1, res.sent))
 	res.scenario, res.rate = name, rate
@@ -633,8 +636,8 @@ func saveProfiles(s *stack, dir, name string) error {
 }
 
 func (r *rateRun) line() string {
-	s := fmt.Sprintf("%d sent, %d failed, client p50 %s p99 %s, warmpath p50 %.3f ms p99 %.3f ms (%.2f%% within 2 ms), chunk p50 %.1f µs p99 %.1f µs, %.2f cores, %.2f ms CPU/request, driver %.2f cores, queue grew %v (first/last third p50 %s/%s, %d late)",
-		r.sent, r.failed, pct(r.client, 0.5), pct(r.client, 0.99), 1e3*r.wpP50, 1e3*r.wpP99, 100*r.wpWithin, 1e6*r.chunkP50, 1e6*r.chunkP99, r.cores, 1e3*r.cpuPerReq, r.driverCores, r.grew(), r.firstP50, r.lastP50, r.late)
+	s := fmt.Sprintf("%d sent, %d failed, client p50 %s p99 %s, warmpath p50 %.3f ms p99 %.3f ms (%.2f%% within 2 ms), chunk p50 %.1f µs p99 %.1f µs, %.2f cores (%.2f waiting for a CPU), %.2f ms CPU/request, driver %.2f cores, queue grew %v (first/last third p50 %s/%s, %d late)",
+		r.sent, r.failed, pct(r.client, 0.5), pct(r.client, 0.99), 1e3*r.wpP50, 1e3*r.wpP99, 100*r.wpWithin, 1e6*r.chunkP50, 1e6*r.chunkP99, r.cores, r.waitCores, 1e3*r.cpuPerReq, r.driverCores, r.grew(), r.firstP50, r.lastP50, r.late)
 	if r.firstErr != "" {
 		s += "; first error: " + r.firstErr
 	}

@@ -130,3 +130,16 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("results.md lacks the peers table:\n%s", md)
 	}
 }
+
+// TestSchedStat reads this process's threads: some run time, a wait that
+// is not negative.
+func TestSchedStat(t *testing.T) {
+	t.Parallel()
+	run, wait, ok := schedStat(os.Getpid())
+	if !ok {
+		t.Skip("no /proc/PID/task/*/schedstat here")
+	}
+	if run <= 0 || wait < 0 {
+		t.Errorf("schedStat = run %v ns, wait %v ns", run, wait)
+	}
+}

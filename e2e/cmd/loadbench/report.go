@@ -58,8 +58,8 @@ func (r *report) markdown(o options) string {
 		groups[k] = append(groups[k], run)
 	}
 	if len(keys) > 0 {
-		b.WriteString("| scenario | offered/s | runs | achieved/s | warmpath p50 ms | warmpath p99 ms | warmpath ≤ 2 ms | client p50 ms | client p99 ms | client max ms | runs whose queue grew | warmpath cores | CPU ms/request | response chunks/s | chunk p50 µs | chunk p99 µs | driver cores | failed |\n")
-		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| scenario | offered/s | runs | achieved/s | warmpath p50 ms | warmpath p99 ms | warmpath ≤ 2 ms | client p50 ms | client p99 ms | client max ms | runs whose queue grew | warmpath cores | warmpath waiting for a CPU | CPU ms/request | response chunks/s | chunk p50 µs | chunk p99 µs | driver cores | failed |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	}
 	for _, k := range keys {
 		runs := groups[k]
@@ -77,7 +77,7 @@ func (r *report) markdown(o options) string {
 			}
 			failed += x.failed
 		}
-		fmt.Fprintf(&b, "| %s | %g | %d | %s | %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %s | %s | %d |\n",
+		fmt.Fprintf(&b, "| %s | %g | %d | %s | %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %s | %s | %s | %d |\n",
 			k.scenario, k.rate, len(runs),
 			cell(col(func(x *rateRun) float64 { return x.achievedPerSec }), "%.0f"),
 			cell(col(func(x *rateRun) float64 { return 1e3 * x.wpP50 }), "%.3f"),
@@ -88,6 +88,7 @@ func (r *report) markdown(o options) string {
 			cell(col(func(x *rateRun) float64 { return ms(pct(x.client, 1)) }), "%.1f"),
 			grew, len(runs),
 			cell(col(func(x *rateRun) float64 { return x.cores }), "%.2f"),
+			cell(col(func(x *rateRun) float64 { return x.waitCores }), "%.2f"),
 			cell(col(func(x *rateRun) float64 { return 1e3 * x.cpuPerReq }), "%.3f"),
 			cell(col(func(x *rateRun) float64 { return x.chunksPerSec }), "%.0f"),
 			cell(col(func(x *rateRun) float64 { return 1e6 * x.chunkP50 }), "%.1f"),

@@ -300,28 +300,44 @@ func processCPU(pid int) (float64, error) {
 // coarse for a request of a few milliseconds. Go keeps its threads, so
 // none that ran is missing from the sum.
 func schedCPU(pid int) (float64, bool) {
+	run, _, ok := schedStat(pid)
+	return run, ok
+}
+
+// schedStat returns the nanoseconds pid's threads have run and have
+// waited on a run queue for a CPU, summed over its threads' schedstat.
+func schedStat(pid int) (run, wait float64, ok bool) {
 	dir := fmt.Sprintf("/proc/%d/task", pid)
 	tasks, err := os.ReadDir(dir)
 	if err != nil {
-		return 0, false
+		return 0, 0, false
 	}
-	var sum float64
 	for _, t := range tasks {
 		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
 		if err != nil {
 			continue // the thread ended between the listing and the read
 		}
 		f := strings.Fields(string(b))
-		if len(f) == 0 {
-			return 0, false
+		if len(f) < 2 {
+			return 0, 0, false
 		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return 0, false
+		r, err1 := strconv.ParseFloat(f[0], 64)
+		w, err2 := strconv.ParseFloat(f[1], 64)
+		if err1 != nil || err2 != nil {
+			return 0, 0, false
 		}
-		sum += v
+		run, wait = run+r, wait+w
 	}
-	return sum, true
+	return run, wait, true
+}
+
+// runQueueWait returns the seconds warmpath's threads have waited for a
+// CPU while runnable (NaN where schedstat is missing).
+func (s *stack) runQueueWait() float64 {
+	if _, wait, ok := schedStat(s.cmd.Process.Pid); ok {
+		return wait / 1e9
+	}
+	return math.NaN()
 }
 
 // selfCPU returns the CPU seconds the driver has used.
