@@ -96,18 +96,27 @@ func (ix *Index) Stale(worker string) bool {
 
 // Reset clears the entries of one stream and counts the reason (for
 // example "seq_backwards" when the engine restarted).
+// Its entries are dropped a batch at a time, as Apply drops those of an
+// AllBlocksCleared event.
 func (ix *Index) Reset(src Source, reason string) {
+	if s := ix.reset(src, reason); s != nil {
+		ix.retire(s)
+	}
+}
+
+func (ix *Index) reset(src Source, reason string) *slot {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	s := ix.slotLocked(src)
 	if s == nil {
-		return
+		return nil
 	}
 	ix.clearSlotLocked(s)
 	s.status.Resets++
 	ix.m.resets.WithLabelValues(reason).Inc()
 	ix.gaugesLocked()
 	ix.log.Warn("kv index stream reset", "worker", src.Worker, "rank", src.Rank, "reason", reason)
+	return s
 }
 
 // RemoveWorker forgets every stream of worker and its entries.
@@ -119,6 +128,7 @@ func (ix *Index) RemoveWorker(worker string) {
 			continue
 		}
 		ix.clearSlotLocked(s)
+		ix.finishRetiringLocked(s) // the slot id may be reused at once
 		delete(ix.byName, s.name)
 		ix.slots[i] = nil
 		ix.names[i] = slotName{}

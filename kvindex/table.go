@@ -235,6 +235,19 @@ func (t *table) each(fn func(v uint32)) {
 	}
 }
 
+// span returns the number of slots, the old ones included, that at reads.
+func (t *table) span() int { return len(t.old) + len(t.slots) }
+
+// at returns the value in slot i of the old slots followed by the new, 0
+// for an empty one. With span it walks a table that no longer changes a
+// piece at a time.
+func (t *table) at(i int) uint32 {
+	if i < len(t.old) {
+		return uint32(t.old[i])
+	}
+	return uint32(t.slots[i-len(t.old)])
+}
+
 // len returns the number of entries.
 func (t *table) len() int { return t.n }
 
