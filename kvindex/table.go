@@ -250,6 +250,3 @@ func (t *table) at(i int) uint32 {
 
 // len returns the number of entries.
 func (t *table) len() int { return t.n }
-
-// reset empties the table and releases its memory.
-func (t *table) reset() { *t = table{} }
