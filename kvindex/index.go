@@ -187,7 +187,6 @@ func (ix *Index) slotLocked(src Source) *slot {
 			// A new model roots different chains: the old keys are wrong.
 			ix.clearSlotLocked(s)
 			ix.finishRetiringLocked(s) // rare: at once
-
 			s.model, s.status.Model = src.Model, src.Model
 		}
 		return s
@@ -465,7 +464,9 @@ func (ix *Index) maybeFree(ni uint32) {
 // stale answer of a few milliseconds, as any event not yet applied gives.
 func (ix *Index) clearSlotLocked(s *slot) {
 	ix.finishRetiringLocked(s)
-	s.retiring, s.retired = s.blocks, 0
+	if s.blocks.len() > 0 {
+		s.retiring, s.retired = s.blocks, 0
+	}
 	s.blocks = table{}
 	for ni := range s.specAt {
 		ix.dropSpecLocked(s, ni)

@@ -95,9 +95,9 @@ func (ix *Index) Stale(worker string) bool {
 }
 
 // Reset clears the entries of one stream and counts the reason (for
-// example "seq_backwards" when the engine restarted).
-// Its entries are dropped a batch at a time, as Apply drops those of an
-// AllBlocksCleared event.
+// example "seq_backwards" when the engine restarted). The entries are
+// dropped a batch at a time, as Apply drops those of an AllBlocksCleared
+// event.
 func (ix *Index) Reset(src Source, reason string) {
 	if s := ix.reset(src, reason); s != nil {
 		ix.retire(s)

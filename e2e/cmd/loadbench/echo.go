@@ -88,19 +88,14 @@ func (e *echo) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
 				ResponseHeaders: &extprocv3.HeadersResponse{}}})
 		case *extprocv3.ProcessingRequest_ResponseBody:
 			reply = append(reply, echoChunk(true, r.ResponseBody.GetBody(), r.ResponseBody.GetEndOfStream()))
-			if r.ResponseBody.GetEndOfStream() {
-				for _, m := range reply {
-					if err := st.Send(m); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
 		}
 		for _, m := range reply {
 			if err := st.Send(m); err != nil {
 				return err
 			}
+		}
+		if req.GetResponseBody().GetEndOfStream() {
+			return nil // the exchange is whole: end the stream, as warmpath does
 		}
 	}
 }
@@ -113,18 +108,6 @@ func echoChunk(response bool, b []byte, eos bool) *extprocv3.ProcessingResponse 
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: br}}
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: br}}
-}
-
-// echoWorkers returns the workers of a configuration's workers section.
-func echoWorkers(cfg string) []string {
-	var ws []string
-	for _, line := range strings.Split(cfg, "\n") {
-		if i := strings.Index(line, `address: "`); i >= 0 {
-			rest := line[i+len(`address: "`):]
-			ws = append(ws, rest[:strings.IndexByte(rest, '"')])
-		}
-	}
-	return ws
 }
 
 // echoMain serves as the echo processor when loadbench was started as one.

@@ -596,24 +596,24 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 
 // saveCPUProfile writes warmpath's CPU profile over the next d.
 func saveCPUProfile(admin, dir, name string, d time.Duration) {
-	resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, int(d.Seconds())))
+	saveURL(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, int(d.Seconds())), filepath.Join(dir, name+".cpu.pprof"))
+}
+
+// saveURL writes what url answers to path; a profile that could not be
+// taken is left out of the results, not an error of the run.
+func saveURL(url, path string) {
+	resp, err := http.Get(url)
 	if err != nil {
 		return
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	_ = os.WriteFile(filepath.Join(dir, name+".cpu.pprof"), b, 0o644)
+	_ = os.WriteFile(path, b, 0o644)
 }
 
 // saveTrace writes a runtime execution trace of d from admin as NAME.trace.
 func saveTrace(admin, dir, name string, d time.Duration) {
-	resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/trace?seconds=%g", admin, d.Seconds()))
-	if err != nil {
-		return
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	_ = os.WriteFile(filepath.Join(dir, name+".trace"), b, 0o644)
+	saveURL(fmt.Sprintf("%s/debug/pprof/trace?seconds=%g", admin, d.Seconds()), filepath.Join(dir, name+".trace"))
 }
 
 // saveProfiles writes warmpath's heap, mutex and block profiles.

@@ -103,7 +103,11 @@ func startStack(ctx context.Context, o stackOptions) (*stack, error) {
 			s.close()
 			return nil, err
 		}
-		env = []string{echoEnv + "=" + strings.Join(echoWorkers(base), ",")}
+		addrs := make([]string, len(s.engines))
+		for i, e := range s.engines {
+			addrs[i] = e.addr
+		}
+		env = []string{echoEnv + "=" + strings.Join(addrs, ",")}
 	}
 	s.cmd, extproc, s.admin, err = startWarmpath(ctx, binary, filepath.Join(dir, "warmpath.yaml"), base, o.logPath, env)
 	if err != nil {
