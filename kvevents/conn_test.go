@@ -1,8 +1,16 @@
 package kvevents
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/pprof"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/zeromq/goczmq"
 )
 
 func TestRankEndpoint(t *testing.T) {
@@ -83,5 +91,126 @@ func TestParseFrames(t *testing.T) {
 				t.Errorf("got %+v end=%v err=%v", m, end, err)
 			}
 		})
+	}
+}
+
+// pubSub binds a PUB socket and dials a conn to it whose waits last wait,
+// returning once a message has crossed (a SUB misses what is published
+// before its subscription reaches the PUB).
+func pubSub(t *testing.T, wait time.Duration) (*goczmq.Sock, *conn) {
+	t.Helper()
+	czmqInit()
+	pub := goczmq.NewSock(goczmq.Pub)
+	pub.SetSndhwm(1 << 20) // a PUB drops what its high-water mark does not hold
+	port, err := pub.Bind("tcp://127.0.0.1:*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pub.Destroy)
+	c, err := dial(fmt.Sprintf("tcp://127.0.0.1:%d", port), "", "kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.close)
+	c.wait = 10 * time.Millisecond
+	for ok := false; !ok; {
+		if err := pub.SendMessage([][]byte{[]byte("kv"), seq8(endSeq), {0x90}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err = c.next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Drain the other probes still in flight.
+	for ok := true; ok; {
+		if _, ok, err = c.next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.wait = wait
+	return pub, c
+}
+
+// TestConnMissesNoSignal publishes bursts of every size while the conn
+// drains and waits, with waits that never time out: a message left behind
+// by a missed ZMQ_FD signal would hang the receive, and the test with it.
+func TestConnMissesNoSignal(t *testing.T) {
+	t.Parallel()
+	pub, c := pubSub(t, time.Hour)
+	const n = 20000
+	sent := make(chan error, 1)
+	go func() {
+		rng := rand.New(rand.NewPCG(3, 4))
+		for s := uint64(0); s < n; {
+			for b := rng.IntN(64) + 1; b > 0 && s < n; b-- {
+				if err := pub.SendMessage([][]byte{[]byte("kv"), seq8(s), {0x90}}); err != nil {
+					sent <- err
+					return
+				}
+				s++
+			}
+			if rng.IntN(4) == 0 {
+				time.Sleep(time.Duration(rng.IntN(200)) * time.Microsecond)
+			}
+		}
+		sent <- nil
+	}()
+	got := make(chan error, 1)
+	go func() {
+		for want := uint64(0); want < n; want++ {
+			m, ok, err := c.next()
+			if err != nil || !ok || m.Seq != want {
+				got <- fmt.Errorf("receive %d: seq %d, ok %v, err %w", want, m.Seq, ok, err)
+				return
+			}
+		}
+		got <- nil
+	}()
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(10 * time.Minute) // bounds a hang; no timing is asserted
+	if d, ok := t.Deadline(); ok {
+		deadline = time.After(time.Until(d) - 10*time.Second)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-deadline:
+		t.Fatal("a message was never received: a ZMQ_FD signal was missed")
+	}
+}
+
+// TestConnWaitsHoldNoThread waits on 64 conns at once. A wait inside a cgo
+// call holds an OS thread each; on Go's poller they hold none. Not
+// parallel: other tests' threads would count.
+func TestConnWaitsHoldNoThread(t *testing.T) {
+	const streams = 64
+	conns := make([]*conn, streams)
+	for i := range conns {
+		_, conns[i] = pubSub(t, pollInterval)
+	}
+	threads := pprof.Lookup("threadcreate")
+	before := threads.Count()
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if _, _, err := c.next(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(3 * pollInterval) // every conn has waited, and waits again
+	created := threads.Count() - before
+	cancel()
+	wg.Wait()
+	if created >= streams/2 {
+		t.Errorf("%d conns waiting created %d OS threads, want far fewer than one each", streams, created)
 	}
 }

@@ -37,9 +37,12 @@
 // # Streams
 //
 // [Subscribers] keep one subscription per (worker, rank) stream and one
-// goroutine each, owned by [Subscribers.Run]. Each stream tracks its
-// sequence numbers (unsigned 64-bit, as sent). At start, and on a gap, it
-// replays from the engine's replay endpoint while buffering live messages,
+// goroutine each, owned by [Subscribers.Run]. A stream waits for its
+// messages on Go's network poller (a duplicate of the SUB socket's
+// ZMQ_FD), not inside libzmq, so a waiting stream holds no OS thread.
+// Each stream tracks its sequence numbers (unsigned 64-bit, as sent). At
+// start, and on a gap, it replays from the engine's replay endpoint while
+// buffering live messages,
 // then applies the buffered ones deduplicated by seq. The engine's ROUTER
 // drops what overflows the pipe to the client, the end marker included
 // (vLLM sends its whole ring in one loop), so a replay runs in rounds: each
