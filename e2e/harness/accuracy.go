@@ -3,6 +3,7 @@ package harness
 import (
 	"math"
 	"slices"
+	"time"
 
 	"github.com/warmpath/warmpath/scoring"
 )
@@ -32,21 +33,44 @@ type Accuracy struct {
 	CachedExact   float64
 	// TPOTSamples counts completed streamed responses after the warm-up
 	// with a predicted and an observed time per output token (three tokens
-	// or more); TPOTMedianAPE, TPOTP90APE and TPOTMedianBias are as the
-	// TTFT ones.
+	// or more) that ended under load, before the last decision (see
+	// MeasureAccuracy); TPOTMedianAPE, TPOTP90APE and TPOTMedianBias are
+	// as the TTFT ones.
 	TPOTSamples    int
 	TPOTMedianAPE  float64
 	TPOTP90APE     float64
 	TPOTMedianBias float64
+	// TPOTDrained counts the responses left out of the TPOT figures
+	// because they ended after the last decision; TPOTAllMedianAPE and
+	// TPOTAllP90APE are the figures with them.
+	TPOTDrained      int
+	TPOTAllMedianAPE float64
+	TPOTAllP90APE    float64
 }
 
 // MeasureAccuracy compares predictions with outcomes over records in
 // decision order, skipping the first warmup decisions and every request
 // that did not complete.
+//
+// The TPOT figures count only responses that ended by the last decision.
+// A predicted TPOT is an expectation over the prefill that keeps arriving
+// while the response decodes, at the rate the worker has seen; once a
+// replay has sent its last request nothing arrives, and a response still
+// decoding then is faster than predicted by construction, as its batch
+// empties. Those drained responses are counted apart (the warm-up is the
+// same boundary at the start). TTFT predictions rest on the queue at the
+// decision, which the end of arrivals does not change, and count whole.
 func MeasureAccuracy(rs []Record, warmup int) Accuracy {
 	a := Accuracy{Warmup: warmup, MedianAPE: math.NaN(), P90APE: math.NaN(), MedianBias: math.NaN(), CachedExact: math.NaN(),
-		TPOTMedianAPE: math.NaN(), TPOTP90APE: math.NaN(), TPOTMedianBias: math.NaN()}
-	var ape, bias, tape, tbias []float64
+		TPOTMedianAPE: math.NaN(), TPOTP90APE: math.NaN(), TPOTMedianBias: math.NaN(),
+		TPOTAllMedianAPE: math.NaN(), TPOTAllP90APE: math.NaN()}
+	var lastDecision time.Time
+	for _, r := range rs {
+		if r.Decided.After(lastDecision) {
+			lastDecision = r.Decided
+		}
+	}
+	var ape, bias, tape, tbias, tall []float64
 	exact := 0
 	for _, r := range rs {
 		if r.Seq < warmup || r.Outcome.End != scoring.EndCompleted {
@@ -59,8 +83,13 @@ func MeasureAccuracy(rs []Record, warmup int) Accuracy {
 		}
 		if pred, got := r.Chosen.PredictedTPOT, r.Outcome.TPOT(); pred > 0 && got > 0 && r.Outcome.CompletionTokens >= 3 {
 			e := (pred.Seconds() - got.Seconds()) / got.Seconds() * 100
-			tape = append(tape, math.Abs(e))
-			tbias = append(tbias, e)
+			tall = append(tall, math.Abs(e))
+			if !lastDecision.IsZero() && r.Ended.After(lastDecision) {
+				a.TPOTDrained++
+			} else {
+				tape = append(tape, math.Abs(e))
+				tbias = append(tbias, e)
+			}
 		}
 		if r.Outcome.CachedTokens >= 0 {
 			a.CachedSamples++
@@ -80,6 +109,10 @@ func MeasureAccuracy(rs []Record, warmup int) Accuracy {
 		slices.Sort(tape)
 		slices.Sort(tbias)
 		a.TPOTMedianAPE, a.TPOTP90APE, a.TPOTMedianBias = quantile(tape, 0.5), quantile(tape, 0.9), quantile(tbias, 0.5)
+	}
+	if len(tall) > 0 {
+		slices.Sort(tall)
+		a.TPOTAllMedianAPE, a.TPOTAllP90APE = quantile(tall, 0.5), quantile(tall, 0.9)
 	}
 	if a.CachedSamples > 0 {
 		a.CachedExact = float64(exact) / float64(a.CachedSamples)

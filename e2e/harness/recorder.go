@@ -33,6 +33,9 @@ type Record struct {
 	Candidates []scoring.Candidate
 	// Outcome is what warmpath observed when the assignment ended.
 	Outcome scoring.Outcome
+	// Decided and Ended are when the decision was made and when its
+	// outcome arrived, by the recorder's clock; zero when not recorded.
+	Decided, Ended time.Time `json:",omitzero"`
 }
 
 // Recorder is an extproc.Picker that passes every call to an inner picker
@@ -44,9 +47,17 @@ type Recorder struct {
 	// seq numbers decisions; the recorders of one stack's replicas share it.
 	seq *atomic.Int64
 
+	now func() time.Time
+
 	mu      sync.Mutex
-	pending map[*scoring.Decision]int
+	pending map[*scoring.Decision]pendingDecision
 	records []Record
+}
+
+// pendingDecision is a decision whose outcome has not arrived.
+type pendingDecision struct {
+	seq     int
+	decided time.Time
 }
 
 // NewRecorder returns a Recorder around inner.
@@ -57,7 +68,7 @@ func NewRecorder(inner extproc.Picker) *Recorder {
 // newReplicaRecorder returns a Recorder for replica that numbers its
 // decisions from seq, which the other replicas' recorders share.
 func newReplicaRecorder(inner extproc.Picker, replica int, seq *atomic.Int64) *Recorder {
-	return &Recorder{inner: inner, replica: replica, seq: seq, pending: map[*scoring.Decision]int{}}
+	return &Recorder{inner: inner, replica: replica, seq: seq, now: time.Now, pending: map[*scoring.Decision]pendingDecision{}}
 }
 
 // Pick asks the inner picker and remembers the decision's order.
@@ -67,21 +78,24 @@ func (r *Recorder) Pick(ctx context.Context, req *scoring.Request, ws scoring.Wo
 		return nil, err
 	}
 	seq := int(r.seq.Add(1) - 1)
+	at := r.now()
 	r.mu.Lock()
-	r.pending[d] = seq
+	r.pending[d] = pendingDecision{seq, at}
 	r.mu.Unlock()
 	return d, nil
 }
 
 // Done records the outcome and passes it to the inner picker.
 func (r *Recorder) Done(d *scoring.Decision, o scoring.Outcome) {
+	ended := r.now()
 	r.mu.Lock()
-	seq, ok := r.pending[d]
+	p, ok := r.pending[d]
 	delete(r.pending, d)
 	if ok {
 		r.records = append(r.records, Record{
-			Seq: seq, Replica: r.replica, Worker: d.Worker, Mode: d.Mode, PromptTokens: d.PromptTokens,
+			Seq: p.seq, Replica: r.replica, Worker: d.Worker, Mode: d.Mode, PromptTokens: d.PromptTokens,
 			PredictedTTFT: d.Chosen.PredictedTTFT, PredictedCached: d.Chosen.CachedTokens, Chosen: d.Chosen, Candidates: d.Candidates, Outcome: o,
+			Decided: p.decided, Ended: ended,
 		})
 	}
 	r.mu.Unlock()

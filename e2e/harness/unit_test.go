@@ -163,6 +163,45 @@ func TestMeasureAccuracy(t *testing.T) {
 	}
 }
 
+// TestMeasureAccuracyDrain checks that TPOT counts the responses that
+// ended by the last decision and counts the others apart, while TTFT
+// counts both.
+func TestMeasureAccuracyDrain(t *testing.T) {
+	t.Parallel()
+	at := func(s int) time.Time { return time.Unix(int64(s), 0) }
+	ms := time.Millisecond
+	// Each response: 11 tokens, 100 ms of decode (10 ms per token); the
+	// prediction is 11 ms (10% over) under load, 20 ms (100% over) for the
+	// ones that decode after the last decision, alone.
+	rec := func(seq, decided, ended int, tpot time.Duration) Record {
+		return Record{Seq: seq, PredictedTTFT: 110 * ms, Decided: at(decided), Ended: at(ended),
+			Chosen:  scoring.Candidate{PredictedTPOT: tpot},
+			Outcome: scoring.Outcome{End: scoring.EndCompleted, TTFT: 100 * ms, Decode: 100 * ms, CompletionTokens: 11, CachedTokens: -1}}
+	}
+	rs := []Record{
+		rec(0, 1, 3, 11*ms),
+		rec(1, 2, 4, 11*ms),
+		rec(2, 5, 5, 11*ms), // ends at the last decision: under load
+		rec(3, 4, 6, 20*ms),
+		rec(4, 5, 7, 20*ms), // the last decision
+	}
+	a := MeasureAccuracy(rs, 0)
+	if a.TTFTSamples != 5 || a.TPOTSamples != 3 || a.TPOTDrained != 2 {
+		t.Fatalf("samples: TTFT %d, TPOT %d, drained %d; want 5, 3, 2", a.TTFTSamples, a.TPOTSamples, a.TPOTDrained)
+	}
+	if !sameFloat(a.TPOTMedianAPE, 10) || !sameFloat(a.TPOTP90APE, 10) || !sameFloat(a.TPOTAllMedianAPE, 10) || !sameFloat(a.TPOTAllP90APE, 100) {
+		t.Fatalf("TPOT error %v / %v, with the drained %v / %v; want 10 / 10, 10 / 100",
+			a.TPOTMedianAPE, a.TPOTP90APE, a.TPOTAllMedianAPE, a.TPOTAllP90APE)
+	}
+	// Records without times (older decision logs) count whole.
+	for i := range rs {
+		rs[i].Decided, rs[i].Ended = time.Time{}, time.Time{}
+	}
+	if a := MeasureAccuracy(rs, 0); a.TPOTSamples != 5 || a.TPOTDrained != 0 {
+		t.Fatalf("untimed records: TPOT %d, drained %d; want 5, 0", a.TPOTSamples, a.TPOTDrained)
+	}
+}
+
 func sameFloat(a, b float64) bool {
 	return (math.IsNaN(a) && math.IsNaN(b)) || math.Abs(a-b) < 1e-9
 }
@@ -189,6 +228,8 @@ func TestRecorder(t *testing.T) {
 	t.Parallel()
 	inner := &fakePicker{}
 	r := NewRecorder(inner)
+	clock := time.Unix(1000, 0)
+	r.now = func() time.Time { clock = clock.Add(time.Second); return clock }
 	ws := scoring.Workers{{Name: "w0"}}
 	var ds []*scoring.Decision
 	for range 3 {
@@ -209,6 +250,11 @@ func TestRecorder(t *testing.T) {
 	if len(got) != 2 || got[0].Seq != 0 || got[1].Seq != 2 || got[1].PredictedTTFT != 3*time.Millisecond ||
 		got[1].PredictedCached != 16 || got[1].PromptTokens != 2 || got[0].Outcome.End != scoring.EndAborted {
 		t.Fatalf("records %+v", got)
+	}
+	// Decisions at 1001–1003 s; ds[2] ended at 1004 s, ds[0] at 1005 s.
+	if !got[0].Decided.Equal(time.Unix(1001, 0)) || !got[0].Ended.Equal(time.Unix(1005, 0)) ||
+		!got[1].Decided.Equal(time.Unix(1003, 0)) || !got[1].Ended.Equal(time.Unix(1004, 0)) {
+		t.Fatalf("times %v–%v and %v–%v", got[0].Decided, got[0].Ended, got[1].Decided, got[1].Ended)
 	}
 	if inner.dones != 2 || inner.firsts != 1 {
 		t.Fatalf("inner saw %d dones and %d first tokens", inner.dones, inner.firsts)
