@@ -124,13 +124,32 @@ var czmqInit = sync.OnceFunc(func() {
 // thread's processor to other goroutines; on the poller a waiting stream
 // costs neither, and the cgo calls left (the events check, the receive)
 // return at once.
+//
+// The events check can say a message is there when none is: czmq's
+// zsock_events returns an unset value when zmq_getsockopt fails, and it
+// fails with EINTR when a signal (Go preempts goroutines with SIGURG)
+// interrupts libzmq's command processing. So the SUB never waits in a
+// receive (ZMQ_RCVTIMEO 0), and a receive that finds nothing sends the
+// stream back to waiting, this time for the descriptor's next signal
+// before it believes the check again: a check that kept lying costs one
+// empty receive per wait, not a spinning stream.
 type conn struct {
 	sub    *goczmq.Sock
 	ready  *os.File // a duplicate of sub's ZMQ_FD, registered with Go's poller
 	raw    syscall.RawConn
 	replay string
 	wait   time.Duration // how long next waits: pollInterval but in tests
+	// pollin reports whether sub says it holds a whole message: the
+	// ZMQ_EVENTS check, a field so that tests can make it lie.
+	pollin func() bool
+	// doubt is set when the last receive found nothing the check had
+	// promised: the next wait starts with the descriptor's signal.
+	doubt bool
 }
+
+// errNothingThere is next's answer when the events check said a message
+// was there and the receive found none.
+var errNothingThere = errors.New("kv events: the socket's events check promised a message and none was there")
 
 func dial(endpoint, replay, topic string) (*conn, error) {
 	czmqInit()
@@ -138,6 +157,7 @@ func dial(endpoint, replay, topic string) (*conn, error) {
 	// made after it is set.
 	sub := goczmq.NewSock(goczmq.Sub)
 	sub.SetRcvhwm(1 << 20)
+	sub.SetRcvtimeo(0) // a receive never waits: see conn
 	sub.SetSubscribe(topic)
 	if err := connect(sub, endpoint); err != nil {
 		sub.Destroy()
@@ -154,7 +174,8 @@ func dial(endpoint, replay, topic string) (*conn, error) {
 		sub.Destroy()
 		return nil, fmt.Errorf("subscribe %s: %w", endpoint, err)
 	}
-	return &conn{sub: sub, ready: ready, raw: raw, replay: replay, wait: pollInterval}, nil
+	return &conn{sub: sub, ready: ready, raw: raw, replay: replay, wait: pollInterval,
+		pollin: func() bool { return sub.Events()&goczmq.Pollin != 0 }}, nil
 }
 
 // connect connects s to endpoint, trying again when it fails. A connect
@@ -205,17 +226,33 @@ func (c *conn) next() (m Message, ok bool, err error) {
 	// Read calls the function, and while it returns false waits until the
 	// descriptor signals again. ZMQ_FD signals edges, not levels: a message
 	// that arrives after ZMQ_EVENTS was read signals anew.
-	err = c.raw.Read(func(uintptr) bool { return c.sub.Events()&goczmq.Pollin != 0 })
+	doubt := c.doubt
+	c.doubt = false
+	err = c.raw.Read(func(uintptr) bool {
+		if doubt {
+			doubt = false
+			return false
+		}
+		return c.pollin()
+	})
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return Message{}, false, nil
 	}
 	if err != nil {
 		return Message{}, false, fmt.Errorf("receive: %w", err)
 	}
-	// ZeroMQ delivers a multipart message whole: it is all here.
+	// ZeroMQ delivers a multipart message whole: it is all here, unless
+	// the check was wrong (see conn).
 	frames, err := c.sub.RecvMessage()
-	if err != nil {
-		return Message{}, false, fmt.Errorf("receive: %w", err)
+	switch {
+	case err != nil && len(frames) == 0:
+		c.doubt = true
+		return Message{}, false, errNothingThere
+	case err != nil:
+		// Interrupted between two frames: the rest of the message comes
+		// as one of its own, malformed too, and the gap in seqs brings
+		// it back by replay.
+		return Message{}, false, fmt.Errorf("%w: receive interrupted after %d frames", ErrFrame, len(frames))
 	}
 	m, err = parseLive(frames)
 	return m, err == nil, err

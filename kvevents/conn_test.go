@@ -131,6 +131,47 @@ func pubSub(t *testing.T, wait time.Duration) (*goczmq.Sock, *conn) {
 	return pub, c
 }
 
+// TestConnSurvivesAWrongCheck makes the events check say a message is
+// there when none is, as an interrupted ZMQ_EVENTS does: the receive must
+// come back empty rather than wait for a message that may never come (the
+// test hangs if it waits), and the next message must still arrive.
+func TestConnSurvivesAWrongCheck(t *testing.T) {
+	t.Parallel()
+	pub, c := pubSub(t, 10*time.Millisecond)
+	c.pollin = func() bool { return true }
+	empty := 0
+	for range 5 {
+		m, ok, err := c.next()
+		switch {
+		case errors.Is(err, errNothingThere):
+			empty++
+		case ok || err != nil:
+			t.Fatalf("nothing published: got %+v, %v, %v", m, ok, err)
+		}
+	}
+	// After an empty receive the conn waits for the descriptor's next
+	// signal before it believes the check again: a lying check must not
+	// make every call an empty receive.
+	if empty == 0 || empty == 5 {
+		t.Fatalf("%d of 5 receives came back empty, want some but not all", empty)
+	}
+	if err := pub.SendMessage([][]byte{[]byte("kv"), seq8(7), {0x90}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, ok, err := c.next()
+		if err != nil && !errors.Is(err, errNothingThere) {
+			t.Fatal(err)
+		}
+		if ok {
+			if m.Seq != 7 {
+				t.Fatalf("got seq %d, want 7", m.Seq)
+			}
+			return
+		}
+	}
+}
+
 // TestConnMissesNoSignal publishes bursts of every size while the conn
 // drains and waits, with waits that never time out: a message left behind
 // by a missed ZMQ_FD signal would hang the receive, and the test with it.

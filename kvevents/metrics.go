@@ -9,6 +9,7 @@ import (
 // metrics are the subscribers' Prometheus collectors.
 type metrics struct {
 	decodeErrors     prometheus.Counter
+	emptyReceives    prometheus.Counter
 	gaps             prometheus.Counter
 	replays          *prometheus.CounterVec
 	replayRounds     prometheus.Counter
@@ -29,6 +30,10 @@ func newMetrics(o component.Options, notCaughtUp func() float64) (*metrics, erro
 		decodeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "warmpath", Subsystem: "kvevents", Name: "decode_errors_total",
 			Help: "KV-event messages that could not be decoded (bad framing or msgpack).",
+		}),
+		emptyReceives: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "warmpath", Subsystem: "kvevents", Name: "empty_receives_total",
+			Help: "Receives on a KV-event stream that found no message where the socket's events check said one was (an interrupted ZMQ_EVENTS); the stream waits again.",
 		}),
 		gaps: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "warmpath", Subsystem: "kvevents", Name: "gaps_total",
@@ -54,7 +59,7 @@ func newMetrics(o component.Options, notCaughtUp func() float64) (*metrics, erro
 		Namespace: "warmpath", Subsystem: "kvevents", Name: "streams_not_caught_up",
 		Help: "Worker streams whose replay from the start has not completed: warmpath does not know all of their cached blocks, and their workers do not count for readiness.",
 	}, notCaughtUp)
-	if err := o.Register("kvevents", m.decodeErrors, m.gaps, m.replays, m.replayRounds, behind, skipped); err != nil {
+	if err := o.Register("kvevents", m.decodeErrors, m.emptyReceives, m.gaps, m.replays, m.replayRounds, behind, skipped); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -317,6 +317,10 @@ func (st *stream) run(ctx context.Context) error {
 			st.s.m.decodeErrors.Inc()
 			continue
 		}
+		if errors.Is(err, errNothingThere) {
+			st.s.m.emptyReceives.Inc()
+			continue
+		}
 		if err != nil {
 			return err
 		}
