@@ -374,7 +374,7 @@ func Tail(ctx context.Context, endpoint, replay, topic string, fn func(Message) 
 	for ctx.Err() == nil && fnErr == nil {
 		m, ok, err := c.next()
 		if err != nil {
-			if errors.Is(err, ErrFrame) {
+			if errors.Is(err, ErrFrame) || errors.Is(err, errNothingThere) {
 				continue
 			}
 			return err
