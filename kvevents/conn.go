@@ -125,10 +125,12 @@ var czmqInit = sync.OnceFunc(func() {
 // costs neither, and the cgo calls left (the events check, the receive)
 // return at once.
 //
-// The events check can say a message is there when none is: czmq's
-// zsock_events returns an unset value when zmq_getsockopt fails, and it
-// fails with EINTR when a signal (Go preempts goroutines with SIGURG)
-// interrupts libzmq's command processing. So the SUB never waits in a
+// The events check can say a message is there when none is: a test
+// stack hung with a stream blocked in a receive after the check had
+// promised a message. The likely cause, not reproduced in isolation, is
+// that czmq's zsock_events returns an unset value when zmq_getsockopt
+// fails, which it does with EINTR when a signal interrupts libzmq's
+// command processing. Whatever the cause, the SUB never waits in a
 // receive (ZMQ_RCVTIMEO 0), and a receive that finds nothing sends the
 // stream back to waiting, this time for the descriptor's next signal
 // before it believes the check again: a check that kept lying costs one

@@ -38,33 +38,32 @@
 //
 // [Subscribers] keep one subscription per (worker, rank) stream and one
 // goroutine each, owned by [Subscribers.Run]. A stream waits for its
-// messages on Go's network poller (a duplicate of the SUB socket's
-// ZMQ_FD), not inside libzmq, so a waiting stream holds no OS thread.
-// Each stream tracks its sequence numbers (unsigned 64-bit, as sent). At
-// start, and on a gap, it replays from the engine's replay endpoint while
-// buffering live messages,
-// then applies the buffered ones deduplicated by seq. The engine's ROUTER
-// drops what overflows the pipe to the client, the end marker included
-// (vLLM sends its whole ring in one loop), so a replay runs in rounds: each
-// applies what follows the last applied batch, holds what arrives after a
-// hole, and the next round asks again from the first hole, while rounds
-// bring new batches; a round whose data stopped without an end marker ends
-// after a short quiet. A replay is complete when a round ends with the
-// marker, nothing is held, and the live messages follow on. The stream is
-// caught up only after a complete replay from the start: an initial one
-// that stays incomplete is retried from scratch a few times with a
-// backoff, then the stream goes on from live messages, not caught up, and
-// replays the whole buffer again every 30 seconds until one completes. A
-// sequence that goes backwards (engine restart), a replay that no longer
-// starts at the requested seq, an incomplete or failed replay, or a gap
-// without a replay endpoint clears that stream's entries through
+// messages on Go's network poller (a duplicate of the SUB socket's ZMQ_FD),
+// not inside libzmq, so a waiting stream holds no OS thread. Each stream
+// tracks its sequence numbers (unsigned 64-bit, as sent). At start, and on
+// a gap, it replays from the engine's replay endpoint while buffering live
+// messages, then applies the buffered ones deduplicated by seq. The
+// engine's ROUTER drops what overflows the pipe to the client, the end
+// marker included (vLLM sends its whole ring in one loop), so a replay runs
+// in rounds: each applies what follows the last applied batch, holds what
+// arrives after a hole, and the next round asks again from the first hole,
+// while rounds bring new batches; a round whose data stopped without an end
+// marker ends after a short quiet. A replay is complete when a round ends
+// with the marker, nothing is held, and the live messages follow on. The
+// stream is caught up only after a complete replay from the start: an
+// initial one that stays incomplete is retried from scratch a few times
+// with a backoff, then the stream goes on from live messages, not caught
+// up, and replays the whole buffer again every 30 seconds until one
+// completes. A sequence that goes backwards (engine restart), a replay that
+// no longer starts at the requested seq, an incomplete or failed replay, or
+// a gap without a replay endpoint clears that stream's entries through
 // [kvindex.Index.Reset], with a log line and a count in
-// warmpath_kvindex_resets_total. A batch's events are applied
-// before its seq is recorded, so a reader that sees a stream's last seq
-// sees its events in the index. The subscribers own the stream facts
-// (last seq, gaps, replays, whether the initial replay is done: see
-// [Subscribers.Streams] and [Subscribers.CaughtUp], which readiness
-// uses); the index owns the entries and their status.
+// warmpath_kvindex_resets_total. A batch's events are applied before its
+// seq is recorded, so a reader that sees a stream's last seq sees its
+// events in the index. The subscribers own the stream facts (last seq,
+// gaps, replays, whether the initial replay is done: see
+// [Subscribers.Streams] and [Subscribers.CaughtUp], which readiness uses);
+// the index owns the entries and their status.
 //
 // Data-parallel ranks publish on their own endpoints: [RankEndpoint]
 // derives rank r's from rank 0's as vLLM does. [Tail] prints one
