@@ -88,18 +88,25 @@ func routingFields(pb *tokenize.Body) (body, error) {
 // decide the engine's prompt: tools, system (Anthropic), messages and
 // prompt, each followed by a newline. Sampling fields, the stream flag and
 // anything else around them are left out, so requests that share a
-// conversation share a prefix of it whatever else differs.
+// conversation share a prefix of it whatever else differs. A body with one
+// such field, as most have, gets that field itself rather than a copy: on a
+// 100K-token chat the copy was 0.7 MB, a sixth of what a request allocated.
 func (b *body) promptOf() []byte {
-	n := 0
-	parts := [...]rawRef{b.Tools, b.System, b.Messages, b.Prompt}
-	for _, p := range parts {
-		n += len(p) + 1
-	}
-	out := make([]byte, 0, n)
-	for _, p := range parts {
+	var parts [4]rawRef
+	n, size := 0, 0
+	for _, p := range [...]rawRef{b.Tools, b.System, b.Messages, b.Prompt} {
 		if p = bytes.TrimSpace(p); len(p) > 0 && string(p) != "null" {
-			out = append(append(out, p...), '\n')
+			parts[n] = p
+			n++
+			size += len(p) + 1
 		}
+	}
+	if n == 1 {
+		return parts[0][:len(parts[0]):len(parts[0])]
+	}
+	out := make([]byte, 0, size)
+	for _, p := range parts[:n] {
+		out = append(append(out, p...), '\n')
 	}
 	return out
 }

@@ -84,6 +84,28 @@ func TestParseBody(t *testing.T) {
 	}
 }
 
+// TestPromptOfOneField: a body with one prompt field lends it to
+// Request.Prompt rather than copying it (on a 100K-token chat the copy is
+// most of a megabyte), and the lent slice cannot be appended into the body.
+func TestPromptOfOneField(t *testing.T) {
+	t.Parallel()
+	raw := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`)
+	var r scoring.Request
+	if _, err := parseBody(&r, raw, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := `[{"role":"user","content":"hi"}]`; string(r.Prompt) != want {
+		t.Fatalf("prompt %q, want %q", r.Prompt, want)
+	}
+	start := bytes.Index(raw, r.Prompt)
+	if &r.Prompt[0] != &raw[start] {
+		t.Error("the prompt is a copy of the messages, not the body's own bytes")
+	}
+	if cap(r.Prompt) != len(r.Prompt) {
+		t.Errorf("cap %d, len %d: an append would write into the body", cap(r.Prompt), len(r.Prompt))
+	}
+}
+
 // TestPromptOf: the approximate mode hashes Request.Prompt, which holds
 // what decides the engine's prompt and nothing else, so that a sampling
 // field before the messages cannot break affinity while a different
