@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -68,6 +69,13 @@ func (e *echo) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
 		var reply []*extprocv3.ProcessingResponse
 		switch r := req.Request.(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
+			// Reserve the body's buffer from its content-length, as warmpath
+			// does, so the floor does not count a growing buffer's copies.
+			for _, h := range r.RequestHeaders.GetHeaders().GetHeaders() {
+				if n, err := strconv.Atoi(string(h.GetRawValue())); err == nil && strings.EqualFold(h.GetKey(), "content-length") {
+					body = make([]byte, 0, min(n, 64<<20))
+				}
+			}
 		case *extprocv3.ProcessingRequest_RequestBody:
 			body = append(body, r.RequestBody.GetBody()...)
 			if !r.RequestBody.GetEndOfStream() {

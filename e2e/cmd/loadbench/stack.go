@@ -40,6 +40,10 @@ type stack struct {
 	peerAdmin string
 }
 
+// envoyWindow is Envoy's default HTTP/2 initial stream and connection
+// window, which its ext_proc gRPC client advertises.
+const envoyWindow = 256 << 20
+
 type stackOptions struct {
 	binary    string // warmpath executable
 	tokenizer string // the qwen3 tokenizer directory
@@ -126,7 +130,12 @@ func startStack(ctx context.Context, o stackOptions) (*stack, error) {
 	}
 	for range o.conns {
 		c, err := grpc.NewClient(extproc, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
+			// Envoy's HTTP/2 windows (its default initial stream and
+			// connection windows, 256 MiB): warmpath never waits on the
+			// driver's window updates to send a body back, as it never does
+			// on Envoy's.
+			grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow))
 		if err != nil {
 			s.close()
 			return nil, err
