@@ -73,7 +73,7 @@ func TestPromptCacheMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := strings.Repeat("the system prompt that every request repeats. ", 8)
+	text := strings.Repeat("the system prompt that every request repeats. ", 24) // past checkpointSpacing
 	p.cache.Encode(text, false)
 	p.cache.Encode(text+"and a question after it", false)
 	s := p.cache.Stats()
