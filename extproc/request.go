@@ -89,8 +89,8 @@ func routingFields(pb *tokenize.Body) (body, error) {
 // prompt, each followed by a newline. Sampling fields, the stream flag and
 // anything else around them are left out, so requests that share a
 // conversation share a prefix of it whatever else differs. A body with one
-// such field, as most have, gets that field itself rather than a copy: on a
-// 100K-token chat the copy was 0.7 MB, a sixth of what a request allocated.
+// such field, as most have, gets that field itself rather than a copy of
+// nearly the whole body (BenchmarkParseBody: 1.64 → 0.92 MB per request).
 func (b *body) promptOf() []byte {
 	var parts [4]rawRef
 	n, size := 0, 0

@@ -86,7 +86,8 @@ func TestParseBody(t *testing.T) {
 
 // TestPromptOfOneField: a body with one prompt field lends it to
 // Request.Prompt rather than copying it (on a 100K-token chat the copy is
-// most of a megabyte), and the lent slice cannot be appended into the body.
+// hundreds of kilobytes), and the lent slice cannot be appended into the
+// body.
 func TestPromptOfOneField(t *testing.T) {
 	t.Parallel()
 	raw := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`)

@@ -28,10 +28,11 @@
 //     warmpath serve, to which nothing is routed), in -runs pairs: what
 //     sharing costs the routing replica per request, and the peer bytes.
 //
-// With -echo the rate scenarios run against an echo processor (echo.go)
-// that speaks the same exchange and decides nothing: the client-side floor
-// of the driver, gRPC and the machine, against which warmpath's client
-// figures are read.
+// With -echo the scenarios run against an echo processor (echo.go) that
+// speaks the same exchange and decides nothing: the client-side floor of
+// the driver, gRPC and the machine, against which warmpath's client
+// figures are read, and in chat100k the CPU any processor spends taking a
+// 100K-token body in and handing it back.
 //
 // CPU is read from each thread's /proc schedstat (nanoseconds; the 10 ms
 // ticks of /proc/PID/stat are too coarse for one request).
@@ -113,7 +114,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.out, "out", "", "directory for results.md and warmpath's logs (default: a temporary one)")
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof with mutex and block profiling (costs CPU; for profiling, not for figures)")
 	fs.DurationVar(&o.trace, "trace", 0, "save a runtime execution trace this long from the middle of each rate run, as NAME.trace in -out (go tool trace; costs CPU while it records)")
-	fs.BoolVar(&o.echo, "echo", false, "run the rate scenarios against an echo processor that decides nothing (echo.go) instead of warmpath: the client-side floor of the driver, gRPC and this machine")
+	fs.BoolVar(&o.echo, "echo", false, "run the scenarios against an echo processor that decides nothing (echo.go) instead of warmpath: the client-side floor of the driver, gRPC and this machine, and in chat100k the CPU of passing the body through")
 	fs.Uint64Var(&o.seed, "seed", 1, "workload seed")
 	fs.IntVar(&o.long, "long-requests", 20, "requests per chat100k series (more for a profile with enough samples)")
 	env := fs.String("warmpath-env", "", "comma-separated NAME=value added to warmpath's environment (GOGC=400)")
