@@ -20,7 +20,9 @@
 //     family's prefix starts cached on 7–10 of the 16 workers.
 //   - chat100k: one request at a time, 100K-token chats: cold (a new
 //     conversation each time), and warm in both growth patterns (the
-//     assistant's reply and a user message; a user message only).
+//     assistant's reply and a user message; a user message only). The CPU
+//     of each request's exchange is reported apart from the CPU after it,
+//     when the engine's KV events for the blocks it stored are applied.
 //   - short: ~220-token chats at each of -short-rates, for the highest rate
 //     with client p99 ≤ 2 ms.
 //   - peers (not in the default list): chat8k at -rate on one replica
@@ -500,7 +502,11 @@ type longRun struct {
 	pattern   string
 	tokens    int
 	cpuPerReq []float64 // seconds, per run
-	client    []time.Duration
+	// afterPerReq is warmpath's CPU in the 50 ms after an exchange (the
+	// KV events of the blocks the request stored, collecting what it
+	// allocated), seconds per request, per run.
+	afterPerReq []float64
+	client      []time.Duration
 }
 
 func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *report) error {
@@ -518,10 +524,13 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 		c1, _ := s.cpu()
 		idle := (c1 - c0) / 3
 		fmt.Fprintf(os.Stderr, "chat100k run %d: warmpath idle with %d engines: %.3f cores\n", r, o.workers, idle)
-		one := func(body []byte) (cpu float64, lat time.Duration, tokens int, err error) {
+		// one plays a request and returns warmpath's CPU over its exchange
+		// and in the 50 ms after it, when the engine's KV events for the
+		// stored blocks are applied.
+		one := func(body []byte) (cpu, after float64, lat time.Duration, tokens int, err error) {
 			ids, _, err := pipe.Tokenize(ctx, tokenize.KindChat, body, "")
 			if err != nil {
-				return 0, 0, 0, err
+				return 0, 0, 0, 0, err
 			}
 			req := request{body: body, tokens: ids}
 			req.hashes = vllmsim.NewChainHasher("").Extend(nil, ids, 16)
@@ -538,21 +547,23 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 			wall := time.Since(t0).Seconds()
 			b, _ := s.cpu()
 			if out.err != nil {
-				return 0, 0, 0, out.err
+				return 0, 0, 0, 0, out.err
 			}
+			t1 := time.Now()
 			if e != nil {
 				e.store(req.hashes, req.tokens, false)
 			}
 			time.Sleep(50 * time.Millisecond) // the events arrive before the next turn
-			return b - a - idle*wall, out.routing, len(ids), nil
+			c, _ := s.cpu()
+			return b - a - idle*wall, c - b - idle*time.Since(t1).Seconds(), out.routing, len(ids), nil
 		}
 		for _, pattern := range o.patterns {
-			var total float64
+			var total, after float64
 			var lats []time.Duration
 			var tokens int
 			conv := newConversation(o.seed*1000+uint64(r), 100_000)
 			if pattern != "cold" {
-				if _, _, _, err := one(conv.body()); err != nil { // the first turn, seen before
+				if _, _, _, _, err := one(conv.body()); err != nil { // the first turn, seen before
 					s.close()
 					return err
 				}
@@ -567,12 +578,13 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 				} else {
 					conv.grow(pattern)
 				}
-				c, lat, tk, err := one(conv.body())
+				c, af, lat, tk, err := one(conv.body())
 				if err != nil {
 					s.close()
 					return err
 				}
 				total += c
+				after += af
 				lats = append(lats, lat)
 				tokens = tk
 			}
@@ -581,8 +593,9 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 			lr := rep.long(pattern)
 			lr.tokens = tokens
 			lr.cpuPerReq = append(lr.cpuPerReq, total/float64(n))
+			lr.afterPerReq = append(lr.afterPerReq, after/float64(n))
 			lr.client = append(lr.client, lats...)
-			fmt.Fprintf(os.Stderr, "chat100k %s run %d: %d tokens, CPU %.1f ms/request, client p50 %s\n", pattern, r, tokens, 1e3*total/float64(n), pct(lats, 0.5))
+			fmt.Fprintf(os.Stderr, "chat100k %s run %d: %d tokens, CPU %.1f ms/request (%.1f ms after it), client p50 %s\n", pattern, r, tokens, 1e3*total/float64(n), 1e3*after/float64(n), pct(lats, 0.5))
 		}
 		if o.pprof {
 			if err := saveProfiles(s, o.out, fmt.Sprintf("chat100k-%d", r)); err != nil {
