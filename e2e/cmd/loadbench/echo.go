@@ -72,7 +72,10 @@ func (e *echo) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
 			// Reserve the body's buffer from its content-length, as warmpath
 			// does, so the floor does not count a growing buffer's copies.
 			for _, h := range r.RequestHeaders.GetHeaders().GetHeaders() {
-				if n, err := strconv.Atoi(string(h.GetRawValue())); err == nil && strings.EqualFold(h.GetKey(), "content-length") {
+				if !strings.EqualFold(h.GetKey(), "content-length") {
+					continue
+				}
+				if n, err := strconv.Atoi(string(h.GetRawValue())); err == nil {
 					body = make([]byte, 0, min(n, 64<<20))
 				}
 			}

@@ -39,6 +39,15 @@ func cell(v []float64, format string) string {
 	return fmt.Sprintf(format+" ("+format+"–"+format+")", m, lo, hi)
 }
 
+// millis returns seconds v in milliseconds.
+func millis(v []float64) []float64 {
+	out := make([]float64, len(v))
+	for i, s := range v {
+		out[i] = 1e3 * s
+	}
+	return out
+}
+
 func (r *report) markdown(o options) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# warmpath under load (%s)\n\n", time.Now().UTC().Format("2006-01-02 15:04"))
@@ -130,17 +139,10 @@ func (r *report) markdown(o options) string {
 		b.WriteString("\n100K-token chats, one request at a time (warmpath's CPU over each request's exchange, less its idle background; then its CPU in the 50 ms after the exchange, less the same: the KV events of the blocks the request stored, which have an ingest budget of their own, and the collection of what the request allocated; client latency over all runs' requests):\n\n")
 		b.WriteString("| pattern | prompt tokens | runs | CPU ms/request | after it, ms/request | client p50 ms | client p99 ms |\n|---|---|---|---|---|---|---|\n")
 		for _, l := range r.longs {
-			msOf := func(v []float64) []float64 {
-				out := make([]float64, len(v))
-				for i, c := range v {
-					out[i] = 1e3 * c
-				}
-				return out
-			}
 			sorted := append([]time.Duration(nil), l.client...)
 			slices.Sort(sorted)
-			fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %.2f | %.2f |\n", l.pattern, l.tokens, len(l.cpuPerReq), cell(msOf(l.cpuPerReq), "%.2f"),
-				cell(msOf(l.afterPerReq), "%.2f"), ms(pct(sorted, 0.5)), ms(pct(sorted, 0.99)))
+			fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %.2f | %.2f |\n", l.pattern, l.tokens, len(l.cpuPerReq), cell(millis(l.cpuPerReq), "%.2f"),
+				cell(millis(l.afterPerReq), "%.2f"), ms(pct(sorted, 0.5)), ms(pct(sorted, 0.99)))
 		}
 	}
 	return b.String()
