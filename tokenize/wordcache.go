@@ -33,7 +33,7 @@ type wordCache struct {
 
 // wordSlot is one cache line: [0] the sequence number (bits 16 and up, odd
 // while a writer holds the slot), the word's length (bits 8–15) and the
-// number of ids (bits 0–7); [1:4] the word's bytes, zero-padded; [4:8] the
+// number of ids (bits 0–7); [1:4] the word's bytes as packWord gives them; [4:8] the
 // ids, two per word.
 type wordSlot [8]atomic.Uint64
 
@@ -44,19 +44,19 @@ func newWordCache(bits uint, seed uint64) *wordCache {
 	return &wordCache{slots: make([]wordSlot, 1<<bits), shift: 64 - bits, seed: seed}
 }
 
-// packWord returns w (at most wordCacheMaxLen bytes) as three
-// little-endian words, zero-padded.
-func packWord(w []byte) (k [3]uint64) {
-	for i := range k {
-		if len(w) >= 8 {
-			k[i] = binary.LittleEndian.Uint64(w)
-			w = w[8:]
-			continue
-		}
-		k[i] = loadTail(w)
-		break
+// packWord returns w (1 to wordCacheMaxLen bytes) as three words with
+// overlapping loads: every byte lands in some word, so for a given length
+// the three words tell the bytes apart; a word too short for a load
+// leaves it zero. It returns scalars, not an array: Go returns those in
+// registers, an array through memory.
+func packWord(w []byte) (k0, k1, k2 uint64) {
+	switch n := len(w); {
+	case n > 16:
+		return binary.LittleEndian.Uint64(w), binary.LittleEndian.Uint64(w[8:]), binary.LittleEndian.Uint64(w[n-8:])
+	case n >= 8:
+		return binary.LittleEndian.Uint64(w), binary.LittleEndian.Uint64(w[n-8:]), 0
 	}
-	return k
+	return loadTail(w), 0, 0
 }
 
 // loadTail returns up to seven bytes as a little-endian word with
@@ -71,39 +71,38 @@ func loadTail(t []byte) uint64 {
 	return 0
 }
 
-func (c *wordCache) slot(k [3]uint64, n int) *wordSlot {
-	h := (k[0]^c.seed)*0x9E3779B97F4A7C15 ^ k[1]*0xC2B2AE3D27D4EB4F ^ k[2]*0x165667B19E3779F9 ^ uint64(n)
+func (c *wordCache) slot(k0, k1, k2 uint64, n int) *wordSlot {
+	h := (k0^c.seed)*0x9E3779B97F4A7C15 ^ k1*0xC2B2AE3D27D4EB4F ^ k2*0x165667B19E3779F9 ^ uint64(n)
 	h ^= h >> 29
 	h *= 0xBF58476D1CE4E5B9
 	return &c.slots[h>>c.shift]
 }
 
-// get appends the cached ids of w and reports whether w was cached.
+// get appends the cached ids of w and reports whether w was cached. It
+// copies all four id words whatever their number, and the caller's slice
+// grows by a full slot before it is cut to the ids that count: no branch
+// depends on the word's length or its number of ids.
 func (c *wordCache) get(w []byte, ids []uint32) ([]uint32, bool) {
 	if len(w) > wordCacheMaxLen || len(w) == 0 { // an empty slot holds the empty word
 		return ids, false
 	}
-	k := packWord(w)
-	s := c.slot(k, len(w))
+	k0, k1, k2 := packWord(w)
+	s := c.slot(k0, k1, k2, len(w))
 	v := s[0].Load()
 	if v&wordSeqOne != 0 || int(v>>8&0xff) != len(w) ||
-		s[1].Load() != k[0] || s[2].Load() != k[1] || s[3].Load() != k[2] {
+		s[1].Load() != k0 || s[2].Load() != k1 || s[3].Load() != k2 {
 		return ids, false
 	}
-	n := int(v & 0xff)
-	var got [wordCacheMaxIDs / 2]uint64
-	for i := range (n + 1) / 2 {
-		got[i] = s[4+i].Load()
-	}
+	g0, g1, g2, g3 := s[4].Load(), s[5].Load(), s[6].Load(), s[7].Load()
 	if s[0].Load() != v {
 		return ids, false
 	}
-	ids = slices.Grow(ids, n)
-	out := ids[len(ids) : len(ids)+n]
-	for i := range out {
-		out[i] = uint32(got[i/2] >> (32 * (i % 2)))
-	}
-	return ids[:len(ids)+n], true
+	n := len(ids)
+	ids = slices.Grow(ids, wordCacheMaxIDs)[:n+wordCacheMaxIDs]
+	out := (*[wordCacheMaxIDs]uint32)(ids[n:])
+	out[0], out[1], out[2], out[3] = uint32(g0), uint32(g0>>32), uint32(g1), uint32(g1>>32)
+	out[4], out[5], out[6], out[7] = uint32(g2), uint32(g2>>32), uint32(g3), uint32(g3>>32)
+	return ids[:n+int(v&0xff)], true
 }
 
 // put caches the ids of w when they fit and no other writer holds the slot.
@@ -111,15 +110,15 @@ func (c *wordCache) put(w []byte, wids []uint32) {
 	if len(w) > wordCacheMaxLen || len(wids) > wordCacheMaxIDs || len(w) == 0 {
 		return
 	}
-	k := packWord(w)
-	s := c.slot(k, len(w))
+	k0, k1, k2 := packWord(w)
+	s := c.slot(k0, k1, k2, len(w))
 	v := s[0].Load()
 	if v&wordSeqOne != 0 || !s[0].CompareAndSwap(v, v+wordSeqOne) {
 		return
 	}
-	s[1].Store(k[0])
-	s[2].Store(k[1])
-	s[3].Store(k[2])
+	s[1].Store(k0)
+	s[2].Store(k1)
+	s[3].Store(k2)
 	var packed [wordCacheMaxIDs / 2]uint64
 	for i, id := range wids {
 		packed[i/2] |= uint64(id) << (32 * (i % 2))

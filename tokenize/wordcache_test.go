@@ -1,7 +1,6 @@
 package tokenize
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -9,21 +8,30 @@ import (
 	"testing"
 )
 
-// TestPackWordMatchesCopy checks the overlapping loads against the plain
-// model: the word copied into 24 zeroed bytes and read as three words.
-func TestPackWordMatchesCopy(t *testing.T) {
+// TestPackWordTellsBytesApart checks the key's two properties: each of
+// the word's bytes lands in the key (the loads only copy bytes, so
+// changing any one byte must change the key, which makes it one-to-one
+// for a given length), and nothing past the word's end is read.
+func TestPackWordTellsBytesApart(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	for n := 0; n <= wordCacheMaxLen; n++ {
+	for n := 1; n <= wordCacheMaxLen; n++ {
 		for range 50 {
-			w := make([]byte, n)
-			for i := range w {
-				w[i] = byte(r.UintN(256))
+			buf := make([]byte, n+8)
+			for i := range buf {
+				buf[i] = byte(r.UintN(256))
 			}
-			var b [wordCacheMaxLen]byte
-			copy(b[:], w)
-			want := [3]uint64{binary.LittleEndian.Uint64(b[0:]), binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:])}
-			if got := packWord(w); got != want {
-				t.Fatalf("packWord(%x) = %x, want %x", w, got, want)
+			w := buf[:n:n]
+			k0, k1, k2 := packWord(w)
+			if j0, j1, j2 := packWord(slices.Clone(w)); [3]uint64{j0, j1, j2} != [3]uint64{k0, k1, k2} {
+				t.Fatalf("packWord(%x) read past the word's end", w)
+			}
+			for i := range w {
+				old := w[i]
+				w[i] ^= 1 << r.UintN(8)
+				if j0, j1, j2 := packWord(w); [3]uint64{j0, j1, j2} == [3]uint64{k0, k1, k2} {
+					t.Fatalf("packWord of %d bytes ignores byte %d", n, i)
+				}
+				w[i] = old
 			}
 		}
 	}
@@ -70,11 +78,15 @@ func TestWordCacheGetPut(t *testing.T) {
 func TestWordCacheCollisionReplaces(t *testing.T) {
 	c := newWordCache(wordCacheBits, 3)
 	first := []byte("first")
+	slotOf := func(w []byte) *wordSlot {
+		k0, k1, k2 := packWord(w)
+		return c.slot(k0, k1, k2, len(w))
+	}
 	c.put(first, []uint32{1})
-	s := c.slot(packWord(first), len(first))
+	s := slotOf(first)
 	for i := 0; ; i++ {
 		w := fmt.Appendf(nil, "w%d", i)
-		if c.slot(packWord(w), len(w)) != s {
+		if slotOf(w) != s {
 			continue
 		}
 		c.put(w, []uint32{2, 3})
@@ -121,4 +133,33 @@ func TestWordCacheConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// BenchmarkWordCacheHit looks up a warm set of 4,096 words of 1 to
+// wordCacheMaxLen bytes and 1 to wordCacheMaxIDs ids, in a cache of the
+// size the tokenizer uses: the cost of a repeated word in a long prompt.
+func BenchmarkWordCacheHit(b *testing.B) {
+	c := newWordCache(wordCacheBits, 12345)
+	r := rand.New(rand.NewPCG(3, 4))
+	words := make([][]byte, 4096)
+	for i := range words {
+		w := make([]byte, 1+r.IntN(wordCacheMaxLen))
+		for j := range w {
+			w[j] = 'a' + byte(r.IntN(26))
+		}
+		words[i] = w
+		c.put(w, make([]uint32, 1+r.IntN(wordCacheMaxIDs)))
+	}
+	ids := make([]uint32, 0, 64)
+	hits := 0
+	for b.Loop() {
+		for _, w := range words {
+			var ok bool
+			if ids, ok = c.get(w, ids[:0]); ok {
+				hits++
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(words)), "ns/word")
+	b.ReportMetric(float64(hits)/float64(b.N*len(words)), "hit-ratio")
 }
