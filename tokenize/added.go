@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -21,6 +22,8 @@ type addedToken struct {
 // automaton (MatchKind::LeftmostLongest) does.
 type addedMatcher struct {
 	first  [256]bool
+	nfirst int              // distinct first bytes
+	only   byte             // the first byte, when nfirst is 1
 	edges  map[uint64]int32 // node<<8 | byte -> child node
 	term   []int32          // node -> index into toks, or -1
 	toks   []addedToken
@@ -34,7 +37,11 @@ func newAddedMatcher(toks []addedToken, patterns []string) *addedMatcher {
 			continue
 		}
 		m.maxLen = max(m.maxLen, len(p))
-		m.first[p[0]] = true
+		if !m.first[p[0]] {
+			m.first[p[0]] = true
+			m.nfirst++
+			m.only = p[0]
+		}
 		node := int32(0)
 		for i := 0; i < len(p); i++ {
 			k := uint64(node)<<8 | uint64(p[i])
@@ -77,6 +84,22 @@ type addedSegment struct {
 	id         int64
 }
 
+// nextCandidate returns the first index from i on where a token may start,
+// or len(s). Most vocabularies' added tokens all start with '<', which
+// IndexByte finds many bytes at a time.
+func (m *addedMatcher) nextCandidate(s string, i int) int {
+	if m.nfirst != 1 {
+		for i < len(s) && !m.first[s[i]] {
+			i++
+		}
+		return i
+	}
+	if j := strings.IndexByte(s[i:], m.only); j >= 0 {
+		return i + j
+	}
+	return len(s)
+}
+
 // split appends the segments of s to segs. Segment offsets are relative to s.
 func (m *addedMatcher) split(s string, segs []addedSegment) []addedSegment {
 	if m == nil || len(m.toks) == 0 {
@@ -85,7 +108,7 @@ func (m *addedMatcher) split(s string, segs []addedSegment) []addedSegment {
 	startOff := 0
 	for i := 0; i < len(s); {
 		if !m.first[s[i]] {
-			i++
+			i = m.nextCandidate(s, i+1)
 			continue
 		}
 		ti, stop := m.longestAt(s, i)

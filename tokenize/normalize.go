@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"encoding/binary"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -30,8 +31,16 @@ func (nfcOp) apply(s string) string {
 	return plainNFC(s)
 }
 
+// isASCII reports whether s is all ASCII, eight bytes at a time.
 func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
+	b := unsafeBytes(s)
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		if binary.LittleEndian.Uint64(b[i:])&0x8080808080808080 != 0 {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
 		if s[i] >= utf8.RuneSelf {
 			return false
 		}
