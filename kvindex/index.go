@@ -90,8 +90,10 @@ type Index struct {
 	slots []*slot // by slot id; nil when free
 	// names[id] is slots[id].name, kept apart so that a lookup building
 	// its matches reads one array instead of every slot.
-	names    []slotName
-	byName   map[slotName]uint16
+	names  []slotName
+	byName map[slotName]uint16
+	// warmed keeps what table.warm read, so that its reads stay.
+	warmed   uint64
 	entries  int // (node, slot) entries including speculative ones
 	specs    int // speculative entries
 	maxSlots int // highest slot id + 1
@@ -324,8 +326,12 @@ func (ix *Index) applyLocked(s *slot, ev *Event) {
 				keys[i] = key
 			}
 		}
-		for i := n - 1; i >= 0; i-- {
-			ix.storeLocked(s, ev.BlockHashes[i], keys[i], !ev.Offloaded)
+		for hi := n; hi > 0; hi -= warmChunk {
+			lo := max(0, hi-warmChunk)
+			ix.warmed ^= ix.keys.warm(keys[lo:hi]) ^ s.blocks.warm(ev.BlockHashes[lo:hi])
+			for i := hi - 1; i >= lo; i-- {
+				ix.storeLocked(s, ev.BlockHashes[i], keys[i], !ev.Offloaded)
+			}
 		}
 	default:
 		ix.m.skipInvalid.Inc()
@@ -713,6 +719,11 @@ func (ix *Index) SpeculateKeys(worker string, keys []uint64) {
 	}
 }
 
+// warmChunk is how many blocks' table slots a long chain's store warms
+// (table.warm) before it stores them: enough reads to keep many in flight,
+// few enough that two tables' slots stay cached until the stores use them.
+const warmChunk = 256
+
 // specChunk is how many blocks a speculation enters under one hold of the
 // write lock: a 100K-token prompt's 6,250 blocks go in a dozen holds, so
 // lookups and events wait for one chunk, not the whole prompt.
@@ -761,6 +772,7 @@ func (ix *Index) speculateLocked(s *slot, keys []uint64) int {
 	// A block speculated on less than half a TTL ago stops the walk too:
 	// that speculation covered the blocks below it, and a burst of
 	// siblings costs one probe each.
+	ix.warmed ^= ix.keys.warm(keys)
 	from := len(keys)
 	for i := len(keys) - 1; i >= 0; i-- {
 		ni := ix.nodeFor(keys[i])
