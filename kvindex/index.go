@@ -400,14 +400,16 @@ func (ix *Index) storeLocked(s *slot, hash, key uint64, gpu bool) {
 	} else {
 		e.off++
 	}
-	ix.putEntry(n, e)
 	if ix.has(n, bSpec, s.id) {
-		// The real event replaces the speculation.
+		// The real event replaces the speculation, before the entry goes
+		// in: a node that was only this speculation becomes an inline one
+		// without passing through the shared form.
 		ix.clearSpec(n, s.id)
 		delete(s.specAt, ni)
 		ix.entries--
 		ix.specs--
 	}
+	ix.putEntry(n, e)
 	ix.toFront(ni)
 }
 

@@ -20,11 +20,15 @@ const (
 
 // node is one block key, its place in the LRU list and its holders.
 //
-// Its holders take one of three forms, told by b:
+// Its holders take one of four forms, told by b:
 //   - none: b == 0 (a node about to be freed);
 //   - inline (b&modeInline): one stream holds the block and nothing is
 //     speculative; a is its engine hash and b packs its slot id (bits 0–15)
 //     and its GPU and other-medium reference counts (bits 16–31, 32–47);
+//   - speculative (b&modeSpec): one stream's speculation and nothing else,
+//     the form of every block of a new prompt until the engine's events
+//     for it arrive; a is its expiry (unix nanos) and b's bits 0–15 the
+//     slot id;
 //   - shared (b&modeShared): a is the GPU bitset of slots 0–63 and the low 32
 //     bits of b index ix.exts; b&sharedRare says the ext has any other bit
 //     set (other media, speculation, slots ≥ 64).
@@ -40,6 +44,7 @@ const (
 	modeInline = 1 << 63
 	modeShared = 1 << 62
 	sharedRare = 1 << 61
+	modeSpec   = 1 << 60
 )
 
 // nodeExt holds a shared node's entries and its bitsets other than the
@@ -120,14 +125,18 @@ func (ix *Index) share(n *node) *nodeExt {
 		ix.exts = append(ix.exts, nodeExt{})
 		xi = uint32(len(ix.exts) - 1)
 	}
-	inline := n.b&modeInline != 0
-	e := inlineEntry(n)
+	old := *n
 	n.a, n.b = 0, modeShared|uint64(xi)
-	if inline {
+	switch {
+	case old.b&modeInline != 0:
+		e := inlineEntry(&old)
 		x := ix.ext(n)
 		x.entries = append(x.entries, e)
 		ix.setBit(n, bGPU, e.slot, e.gpu > 0)
 		ix.setBit(n, bOff, e.slot, e.off > 0)
+	case old.b&modeSpec != 0:
+		ix.ext(n).specUntil = int64(old.a)
+		ix.setBit(n, bSpec, uint16(old.b), true)
 	}
 	return ix.ext(n)
 }
@@ -235,6 +244,11 @@ func (ix *Index) words(n *node, w int) (gpu, off, spec uint64) {
 			off = bit
 		}
 		return gpu, off, 0
+	case n.b&modeSpec != 0:
+		if id := uint16(n.b); int(id)/64 == w {
+			return 0, 0, 1 << (id % 64)
+		}
+		return 0, 0, 0
 	case n.b&modeShared == 0:
 		return 0, 0, 0
 	}
@@ -275,6 +289,9 @@ func (ix *Index) holders(n *node, w int, now int64) (gpu, all uint64) {
 
 // specLive reports whether n's speculative bits are unexpired.
 func (ix *Index) specLive(n *node, now int64) bool {
+	if n.b&modeSpec != 0 {
+		return int64(n.a) > now
+	}
 	return n.b&sharedRare != 0 && ix.ext(n).specUntil > now
 }
 
@@ -355,6 +372,14 @@ func (ix *Index) delEntry(n *node, id uint16) bool {
 
 // setSpec marks slot id's speculative entry on n, live until until.
 func (ix *Index) setSpec(n *node, id uint16, until int64) {
+	switch {
+	case n.b == 0:
+		n.a, n.b = uint64(until), modeSpec|uint64(id)
+		return
+	case n.b&modeSpec != 0 && uint16(n.b) == id:
+		n.a = max(n.a, uint64(until))
+		return
+	}
 	x := ix.share(n)
 	x.specUntil = max(x.specUntil, until)
 	ix.setBit(n, bSpec, id, true)
@@ -362,6 +387,12 @@ func (ix *Index) setSpec(n *node, id uint16, until int64) {
 
 // clearSpec drops slot id's speculative entry on n.
 func (ix *Index) clearSpec(n *node, id uint16) {
+	if n.b&modeSpec != 0 {
+		if uint16(n.b) == id {
+			n.a, n.b = 0, 0
+		}
+		return
+	}
 	if n.b&modeShared == 0 {
 		return
 	}

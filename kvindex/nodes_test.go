@@ -13,8 +13,8 @@ import (
 
 // TestNodeForms drives an index through random stores, removals in both
 // media, speculation, expiry, clears and evictions over more than 64
-// streams, so that nodes move between the inline and shared forms, and
-// checks the index's invariants after every step.
+// streams, so that nodes move between the inline, speculative and shared
+// forms, and checks the index's invariants after every step.
 func TestNodeForms(t *testing.T) {
 	t.Parallel()
 	cases := []indexCase{
@@ -146,6 +146,15 @@ func checkIndex(ix *Index) error {
 				return fmt.Errorf("node %d: shared with %d entries and no speculation", ni, len(x.entries))
 			}
 			entries += len(x.entries) + specs
+		case n.b&modeSpec != 0:
+			id := uint16(n.b)
+			if int(id) >= len(ix.slots) || ix.slots[id] == nil {
+				return fmt.Errorf("node %d: speculative form names slot %d, which is free", ni, id)
+			}
+			if _, ok := ix.slots[id].specAt[ni]; !ok {
+				return fmt.Errorf("node %d: speculative form for slot %d, which has no expiry for it", ni, id)
+			}
+			entries++
 		default:
 			return fmt.Errorf("node %d: neither free nor held", ni)
 		}
