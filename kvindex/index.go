@@ -774,9 +774,16 @@ func (ix *Index) speculateLocked(s *slot, keys []uint64) int {
 	// A block speculated on less than half a TTL ago stops the walk too:
 	// that speculation covered the blocks below it, and a burst of
 	// siblings costs one probe each.
-	ix.warmed ^= ix.keys.warm(keys)
-	from := len(keys)
+	// Warm the keys' slots (table.warm) in windows that double: a new
+	// prompt's walk goes through every block, a warm one's stops after
+	// the few its last turn added.
+	from, warmFrom, win := len(keys), len(keys), 16
 	for i := len(keys) - 1; i >= 0; i-- {
+		if i < warmFrom {
+			lo := max(0, warmFrom-win)
+			ix.warmed ^= ix.keys.warm(keys[lo:warmFrom])
+			warmFrom, win = lo, min(2*win, specChunk)
+		}
 		ni := ix.nodeFor(keys[i])
 		n := ix.node(ni)
 		if at, ok := s.specAt[ni]; ok && at-now >= int64(ix.specTTL)/2 {
