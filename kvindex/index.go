@@ -125,7 +125,12 @@ type slot struct {
 	// specQ[specHead:] are the speculations not yet swept, in expiry order.
 	specQ    []specItem
 	specHead int
-	specAt   map[uint32]int64 // node → expiry of its latest speculation
+	// specAt maps a node in the shared form to the expiry of the slot's
+	// latest speculation on it; a node in the speculative form keeps its
+	// expiry itself (see specExpiry). nspec counts the slot's
+	// speculations in both forms.
+	specAt map[uint32]int64
+	nspec  int
 	// retiring is the blocks table of a clear whose entries are still on
 	// their nodes, dropped retireBatch slots at a time (clearSlotLocked);
 	// retired is how many of its slots have been walked.
@@ -404,11 +409,9 @@ func (ix *Index) storeLocked(s *slot, hash, key uint64, gpu bool) {
 		// The real event replaces the speculation, before the entry goes
 		// in: a node that was only this speculation becomes an inline one
 		// without passing through the shared form.
-		ix.clearSpec(n, s.id)
-		delete(s.specAt, ni)
-		ix.entries--
-		ix.specs--
+		ix.unspecLocked(s, ni)
 	}
+	ix.sharingSpec(ni)
 	ix.putEntry(n, e)
 	ix.toFront(ni)
 }
@@ -476,8 +479,13 @@ func (ix *Index) clearSlotLocked(s *slot) {
 		s.retiring, s.retired = s.blocks, 0
 	}
 	s.blocks = table{}
-	for ni := range s.specAt {
-		ix.dropSpecLocked(s, ni)
+	// Every speculation not yet swept has an item in the queue; an item
+	// whose speculation is gone may name a node freed since, which must
+	// not be freed twice.
+	for _, it := range s.specQ[s.specHead:] {
+		if ix.has(ix.node(it.node), bSpec, s.id) {
+			ix.dropSpecLocked(s, it.node)
+		}
 	}
 	s.specQ, s.specHead = s.specQ[:0], 0
 }
@@ -537,14 +545,41 @@ func (ix *Index) retire(s *slot) {
 }
 
 func (ix *Index) dropSpecLocked(s *slot, ni uint32) {
-	n := ix.node(ni)
-	if ix.has(n, bSpec, s.id) {
-		ix.clearSpec(n, s.id)
-		ix.entries--
-		ix.specs--
+	if ix.has(ix.node(ni), bSpec, s.id) {
+		ix.unspecLocked(s, ni)
 	}
-	delete(s.specAt, ni)
 	ix.maybeFree(ni)
+}
+
+// unspecLocked drops s's speculation on node ni, which has one.
+func (ix *Index) unspecLocked(s *slot, ni uint32) {
+	n := ix.node(ni)
+	if n.b&modeShared != 0 {
+		delete(s.specAt, ni)
+	}
+	ix.clearSpec(n, s.id)
+	s.nspec--
+	ix.entries--
+	ix.specs--
+}
+
+// specExpiry returns the expiry of s's speculation on node ni, and false
+// when s has none there.
+func (ix *Index) specExpiry(s *slot, ni uint32) (int64, bool) {
+	if n := ix.node(ni); n.b&modeSpec != 0 {
+		return int64(n.a), uint16(n.b) == s.id
+	}
+	at, ok := s.specAt[ni]
+	return at, ok
+}
+
+// sharingSpec readies node ni to take the shared form: a node in the
+// speculative form hands its expiry to its slot's specAt first, where the
+// shared form keeps it.
+func (ix *Index) sharingSpec(ni uint32) {
+	if n := ix.node(ni); n.b&modeSpec != 0 {
+		ix.slots[uint16(n.b)].specAt[ni] = int64(n.a)
+	}
 }
 
 // LRU list: head is most recent. Node 0 is the nil link.
@@ -678,7 +713,7 @@ func (ix *Index) evictLocked() {
 }
 
 // entries counts the slot's entries, real and speculative.
-func (s *slot) entries() int { return s.status.Blocks + len(s.specAt) }
+func (s *slot) entries() int { return s.status.Blocks + s.nspec }
 
 // Speculate enters the full blocks of tokens under key on worker (rank 0)
 // for the speculative TTL, because the engine serves a request's in-flight
@@ -786,7 +821,7 @@ func (ix *Index) speculateLocked(s *slot, keys []uint64) int {
 		}
 		ni := ix.nodeFor(keys[i])
 		n := ix.node(ni)
-		if at, ok := s.specAt[ni]; ok && at-now >= int64(ix.specTTL)/2 {
+		if at, ok := ix.specExpiry(s, ni); ok && at-now >= int64(ix.specTTL)/2 {
 			break
 		}
 		if !ix.has(n, bSpec, s.id) {
@@ -796,9 +831,15 @@ func (ix *Index) speculateLocked(s *slot, keys []uint64) int {
 			}
 			ix.entries++
 			ix.specs++
+			s.nspec++
+		}
+		if n.b&modeSpec != 0 && uint16(n.b) != s.id {
+			ix.sharingSpec(ni) // another slot's speculation: setSpec shares the node
 		}
 		ix.setSpec(n, s.id, until)
-		s.specAt[ni] = until
+		if n.b&modeShared != 0 {
+			s.specAt[ni] = until
+		}
 		s.specQ = append(s.specQ, specItem{node: ni, until: until})
 		ix.toFront(ni)
 		from = i
@@ -825,7 +866,7 @@ func (ix *Index) sweepLocked(now int64) {
 		i := s.specHead
 		for ; i < len(s.specQ) && s.specQ[i].until <= now; i++ {
 			it := s.specQ[i]
-			if at, ok := s.specAt[it.node]; ok && at == it.until {
+			if at, ok := ix.specExpiry(s, it.node); ok && at == it.until {
 				ix.dropSpecLocked(s, it.node)
 			}
 		}

@@ -94,9 +94,13 @@ func checkIndex(ix *Index) error {
 	defer ix.mu.Unlock()
 	free := make(map[uint32]bool)
 	for _, ni := range ix.free {
+		if free[ni] {
+			return fmt.Errorf("node %d is on the free list twice", ni)
+		}
 		free[ni] = true
 	}
 	entries := 0
+	specs := make(map[uint16]int) // per slot, its speculations on nodes
 	for ni := uint32(1); ni < ix.nnodes; ni++ {
 		n := ix.node(ni)
 		if free[ni] {
@@ -126,14 +130,21 @@ func checkIndex(ix *Index) error {
 					off[e.slot/64] |= 1 << (e.slot % 64)
 				}
 			}
-			specs := 0
+			nspec := 0
 			for w := range len(spec) {
 				g, o, s := ix.words(n, w)
 				if g != gpu[w] || o != off[w] {
 					return fmt.Errorf("node %d word %d: bits %x/%x, entries say %x/%x", ni, w, g, o, gpu[w], off[w])
 				}
 				spec[w] = s
-				specs += bits.OnesCount64(s)
+				nspec += bits.OnesCount64(s)
+				for ; s != 0; s &= s - 1 {
+					id := uint16(w*64 + bits.TrailingZeros64(s))
+					if _, ok := ix.slots[id].specAt[ni]; !ok {
+						return fmt.Errorf("node %d: slot %d speculates on it in the shared form without an expiry in specAt", ni, id)
+					}
+					specs[id]++
+				}
 			}
 			rare := x.off|x.spec != 0
 			for k := range 3 {
@@ -142,18 +153,19 @@ func checkIndex(ix *Index) error {
 			if rare != (n.b&sharedRare != 0) {
 				return fmt.Errorf("node %d: rare flag %v, bits say %v", ni, !rare, rare)
 			}
-			if len(x.entries) < 2 && specs == 0 {
+			if len(x.entries) < 2 && nspec == 0 {
 				return fmt.Errorf("node %d: shared with %d entries and no speculation", ni, len(x.entries))
 			}
-			entries += len(x.entries) + specs
+			entries += len(x.entries) + nspec
 		case n.b&modeSpec != 0:
 			id := uint16(n.b)
 			if int(id) >= len(ix.slots) || ix.slots[id] == nil {
 				return fmt.Errorf("node %d: speculative form names slot %d, which is free", ni, id)
 			}
-			if _, ok := ix.slots[id].specAt[ni]; !ok {
-				return fmt.Errorf("node %d: speculative form for slot %d, which has no expiry for it", ni, id)
+			if _, ok := ix.slots[id].specAt[ni]; ok {
+				return fmt.Errorf("node %d: speculative form for slot %d, which keeps an expiry for it in specAt", ni, id)
 			}
+			specs[id]++
 			entries++
 		default:
 			return fmt.Errorf("node %d: neither free nor held", ni)
@@ -165,6 +177,14 @@ func checkIndex(ix *Index) error {
 	for _, s := range ix.slots {
 		if s == nil {
 			continue
+		}
+		if s.nspec != specs[s.id] {
+			return fmt.Errorf("slot %d: counts %d speculations, the nodes hold %d", s.id, s.nspec, specs[s.id])
+		}
+		for ni := range s.specAt {
+			if n := ix.node(ni); n.b&modeShared == 0 || !ix.has(n, bSpec, s.id) {
+				return fmt.Errorf("slot %d: specAt names node %d, which is not shared with its speculation", s.id, ni)
+			}
 		}
 		n := 0
 		var err error
@@ -299,4 +319,25 @@ func storeChain(prompt []uint32, hashes []uint64, from, to int, medium string) E
 		ev.HasParent, ev.ParentHash = true, hashes[from-1]
 	}
 	return ev
+}
+
+// TestClearAfterSpeculationReplaced clears a stream whose speculations
+// were replaced by its events and whose blocks were then removed: their
+// nodes are free, and the clear must not free them a second time through
+// the speculation queue's stale items.
+func TestClearAfterSpeculationReplaced(t *testing.T) {
+	ix := newIndex(t)
+	prompt, other := seqTokens(1, 4*testBlock+1), seqTokens(1000, 4*testBlock+1)
+	apply(ix, "w") // the stream's slot, for Speculate to find
+	ix.Speculate("w", mkey, prompt, testBlock)
+	ix.Speculate("w", mkey, other, testBlock) // stays speculative: the queue is kept
+	apply(ix, "w", storeEv(prompt, 0, 4, 100, ""))
+	apply(ix, "w", removeEv("", 100, 101, 102, 103))
+	if err := checkIndex(ix); err != nil {
+		t.Fatalf("before the clear: %v", err)
+	}
+	apply(ix, "w", Event{Kind: AllBlocksCleared})
+	if err := checkIndex(ix); err != nil {
+		t.Fatalf("after the clear: %v", err)
+	}
 }
