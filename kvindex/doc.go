@@ -65,9 +65,10 @@
 //
 // # Memory
 //
-// A block is a 32-byte node without pointers; the one stream holding it
-// is kept inline, and several holders or speculation move to a side
-// record. The two hash tables (block key → node, and per stream engine
+// A block is a 32-byte node without pointers; the one stream holding it,
+// or the one stream's speculation on it (the form of every block of a new
+// prompt until its events arrive), is kept inline, and several holders,
+// or a speculation beside a holder, move to a side record. The two hash tables (block key → node, and per stream engine
 // hash → node) keep 8-byte slots of a fingerprint and a node index and
 // confirm matches against the node; they grow by half at 4/5 full. A
 // (block, worker) entry costs 52–62 bytes when one worker holds the block,
