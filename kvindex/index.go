@@ -411,7 +411,7 @@ func (ix *Index) storeLocked(s *slot, hash, key uint64, gpu bool) {
 		// without passing through the shared form.
 		ix.unspecLocked(s, ni)
 	}
-	ix.sharingSpec(ni)
+	ix.sharingSpec(ni) // another stream's speculation: putEntry shares the node
 	ix.putEntry(n, e)
 	ix.toFront(ni)
 }
@@ -809,6 +809,7 @@ func (ix *Index) speculateLocked(s *slot, keys []uint64) int {
 	// A block speculated on less than half a TTL ago stops the walk too:
 	// that speculation covered the blocks below it, and a burst of
 	// siblings costs one probe each.
+	//
 	// Warm the keys' slots (table.warm) in windows that double: a new
 	// prompt's walk goes through every block, a warm one's stops after
 	// the few its last turn added.
