@@ -253,6 +253,7 @@ func (ix *Index) Apply(src Source, events []Event) {
 func (ix *Index) applyBatch(src Source, events []Event) *slot {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	ix.drainTouchesLocked() // before slotLocked, which may free nodes
 	s := ix.slotLocked(src)
 	if s == nil {
 		ix.m.skipped.WithLabelValues("too_many_streams").Add(float64(len(events)))
@@ -261,7 +262,6 @@ func (ix *Index) applyBatch(src Source, events []Event) *slot {
 	now := ix.now()
 	s.lastAt = now
 	s.status.Batches++
-	ix.drainTouchesLocked()
 	ix.sweepLocked(now.UnixNano())
 	for i := range events {
 		ix.applyLocked(s, &events[i])
@@ -623,8 +623,10 @@ const maxTouchLog = 1 << 18
 // runs: pairs (node, n) for the n nodes node, node−1, …, node−n+1, which
 // hold consecutive blocks (a chain stored in one event takes consecutive
 // nodes, tail first). A pair (0, 0) ends the chain in the log. Called
-// under the read lock, so every logged index is valid when the next
-// writer drains.
+// under the read lock, so every logged index is valid until a writer
+// frees a node: every writer drains the log (drainTouchesLocked) before
+// anything it does can free one, or the drain would link a free node
+// back into the LRU list.
 func (ix *Index) logTouches(runs []uint32) {
 	if len(runs) == 0 {
 		return
@@ -799,10 +801,10 @@ func (ix *Index) speculate(worker string, keys []uint64) int {
 // returns the index of the first key it entered (len(keys) when none).
 // ix.mu must be held.
 func (ix *Index) speculateLocked(s *slot, keys []uint64) int {
+	ix.drainTouchesLocked() // before the sweep frees nodes
 	now := ix.now().UnixNano()
 	ix.sweepLocked(now)
 	until := now + int64(ix.specTTL)
-	ix.drainTouchesLocked()
 	// Walk from the tail to the first block the worker really holds: the
 	// ones below it are its cached prefix (engines store a chain root
 	// first and evict it tail first), which the lookup has just touched.

@@ -341,3 +341,45 @@ func TestClearAfterSpeculationReplaced(t *testing.T) {
 		t.Fatalf("after the clear: %v", err)
 	}
 }
+
+// TestWritersDrainTouchesBeforeFreeing has a lookup log the nodes of a
+// speculated chain, then a writer free them: each writer must replay the
+// lookups' touches first, or the replay links free nodes back into the
+// LRU list.
+func TestWritersDrainTouchesBeforeFreeing(t *testing.T) {
+	prompt, other := seqTokens(1, 6*testBlock+1), seqTokens(5000, 2*testBlock+1) // other takes fewer nodes than a sweep frees
+	cases := []struct {
+		name string
+		free func(ix *Index, clock *clocktest.Clock)
+	}{
+		{"a speculation's sweep", func(ix *Index, clock *clocktest.Clock) {
+			clock.Advance(2 * time.Second)
+			ix.Speculate("w", mkey, other, testBlock)
+		}},
+		{"a batch's sweep", func(ix *Index, clock *clocktest.Clock) {
+			clock.Advance(2 * time.Second)
+			apply(ix, "v")
+		}},
+		{"a reset", func(ix *Index, _ *clocktest.Clock) { ix.Reset(Source{Worker: "w", Model: "m"}, "test") }},
+		{"a removed worker", func(ix *Index, _ *clocktest.Clock) { ix.RemoveWorker("w") }},
+		{"a new model", func(ix *Index, _ *clocktest.Clock) { ix.AddStream(Source{Worker: "w", Model: "m2"}) }},
+		{"a new model's batch", func(ix *Index, _ *clocktest.Clock) { ix.Apply(Source{Worker: "w", Model: "m2"}, nil) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := clocktest.New(time.Unix(1000, 0))
+			ix := newIndex(t, clockAt(clock.Now), specTTL(time.Second))
+			apply(ix, "w")
+			apply(ix, "v")
+			ix.Speculate("w", mkey, prompt, testBlock)
+			if ms := ix.Lookup(mkey, prompt, testBlock); len(ms) != 1 {
+				t.Fatalf("lookup of the speculated chain: %v", ms)
+			}
+			tc.free(ix, clock)
+			apply(ix, "v") // a writer that replays whatever is logged
+			if err := checkIndex(ix); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

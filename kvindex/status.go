@@ -61,6 +61,7 @@ func (ix *Index) Streams() []StreamStatus {
 func (ix *Index) AddStream(src Source) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	ix.drainTouchesLocked() // slotLocked may free nodes
 	ix.slotLocked(src)
 }
 
@@ -107,6 +108,7 @@ func (ix *Index) Reset(src Source, reason string) {
 func (ix *Index) reset(src Source, reason string) *slot {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	ix.drainTouchesLocked() // the clear frees speculative nodes
 	s := ix.slotLocked(src)
 	if s == nil {
 		return nil
@@ -123,6 +125,7 @@ func (ix *Index) reset(src Source, reason string) *slot {
 func (ix *Index) RemoveWorker(worker string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	ix.drainTouchesLocked() // the clears free nodes
 	for i, s := range ix.slots {
 		if s == nil || s.name.worker != worker {
 			continue
