@@ -12,9 +12,10 @@ import (
 )
 
 // TestNodeForms drives an index through random stores, removals in both
-// media, speculation, expiry, clears and evictions over more than 64
-// streams, so that nodes move between the inline, speculative and shared
-// forms, and checks the index's invariants after every step.
+// media, speculation, lookups, expiry, clears, resets, removed workers and
+// evictions over more than 64 streams, so that nodes move between the
+// inline, speculative and shared forms, and checks the index's invariants
+// (the LRU list's among them) after every step.
 func TestNodeForms(t *testing.T) {
 	t.Parallel()
 	cases := []indexCase{
@@ -34,7 +35,7 @@ func TestNodeForms(t *testing.T) {
 			name := fmt.Sprintf("w%d", w)
 			p := rng.IntN(len(prompts))
 			base := uint64(w)<<32 | uint64(p)<<16
-			switch op := rng.IntN(10); {
+			switch op := rng.IntN(12); {
 			case op < 4:
 				apply(ix, name, storeEv(prompts[p], 0, 1+rng.IntN(8), base, media[rng.IntN(3)]))
 			case op < 7:
@@ -42,10 +43,19 @@ func TestNodeForms(t *testing.T) {
 			case op < 8:
 				ix.Speculate(name, mkey, prompts[p], testBlock)
 			case op < 9:
-				clock.Advance(300 * time.Millisecond)
+				clock.Advance(time.Duration(rng.IntN(700)) * time.Millisecond)
 				checkLookup(t, ix, prompts[p], fmt.Sprintf("step %d", step))
+			case op < 10:
+				ix.Lookup(mkey, prompts[p], testBlock) // touches for the next writer
+			case op < 11:
+				switch rng.IntN(8) {
+				case 0:
+					ix.Reset(Source{Worker: name, Model: "m"}, "test")
+				case 1:
+					ix.RemoveWorker(name)
+				}
 			default:
-				if rng.IntN(10) == 0 {
+				if rng.IntN(6) == 0 {
 					apply(ix, name, Event{Kind: AllBlocksCleared})
 				}
 			}
@@ -170,6 +180,24 @@ func checkIndex(ix *Index) error {
 		default:
 			return fmt.Errorf("node %d: neither free nor held", ni)
 		}
+	}
+	// The LRU list links every live node once, both ways.
+	live := int(ix.nnodes) - 1 - len(free)
+	seen, prev := 0, uint32(0)
+	for ni := ix.head; ni != 0; ni = ix.node(ni).next {
+		if free[ni] {
+			return fmt.Errorf("free node %d is in the LRU list", ni)
+		}
+		if ix.node(ni).prev != prev {
+			return fmt.Errorf("LRU node %d links back to %d, not %d", ni, ix.node(ni).prev, prev)
+		}
+		if seen++; seen > live {
+			return fmt.Errorf("the LRU list is longer than the %d live nodes", live)
+		}
+		prev = ni
+	}
+	if seen != live || ix.tail != prev {
+		return fmt.Errorf("the LRU list holds %d of %d live nodes, ends at %d, tail %d", seen, live, prev, ix.tail)
 	}
 	if entries != ix.entries {
 		return fmt.Errorf("%d entries on nodes, index counts %d", entries, ix.entries)
