@@ -59,7 +59,7 @@
 // block costs the same whatever the number of workers; the walk stops at
 // the first block no stream still holds. The nodes it found are logged
 // as runs of consecutive nodes, which the next writer moves to the front
-// of the LRU list. [Index.AppendLookup] over up to 64 streams, whose
+// of the LRU list before it does anything that can free a node. [Index.AppendLookup] over up to 64 streams, whose
 // nodes form up to 256 runs, allocates nothing when its buffer has room;
 // with data-parallel ranks it also builds a map from worker to match.
 //
