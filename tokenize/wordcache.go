@@ -14,11 +14,15 @@ const (
 	wordCacheBits   = 16
 )
 
-// wordCache is a direct-mapped, lock-free cache of merged words: the ids
-// mergeWord gave each short pre-token, so that a repeated word costs one
-// hash and one cache line instead of a vocabulary lookup (a 150K-entry
-// map) or a merge. A slot holds the latest word hashed to it; concurrent
-// encodes share it and a collision only costs a merge.
+// wordCache is a two-way set-associative, lock-free cache of merged
+// words: the ids mergeWord gave each short pre-token, so that a repeated
+// word costs one hash and a cache line or two instead of a vocabulary
+// lookup (a 150K-entry map) or a merge. A word hashes to a set of two
+// slots, side by side; a new word takes an empty one, else one of the two
+// in turn. Direct-mapped, two words of one text that shared a slot evicted
+// each other at every use: about 1% of the words of a long prompt, each
+// then merged again. Concurrent encodes share the cache, and a collision
+// only costs a merge.
 //
 // Each slot is eight words written under a sequence number (a seqlock),
 // all with atomic operations: a reader that sees the sequence odd or
@@ -26,9 +30,10 @@ const (
 // entry. The seed keeps the slots a word lands in unpredictable to
 // clients, who could otherwise send words that evict each other.
 type wordCache struct {
-	slots []wordSlot
-	shift uint // 64 − log2(len(slots))
-	seed  uint64
+	sets   [][2]wordSlot
+	shift  uint // 64 − log2(len(sets))
+	seed   uint64
+	victim atomic.Uint32 // turns the way a full set gives up
 }
 
 // wordSlot is one cache line: [0] the sequence number (bits 16 and up, odd
@@ -39,9 +44,9 @@ type wordSlot [8]atomic.Uint64
 
 const wordSeqOne = 1 << 16
 
-// newWordCache returns a cache of 2^bits slots.
+// newWordCache returns a cache of 2^bits slots (bits ≥ 1).
 func newWordCache(bits uint, seed uint64) *wordCache {
-	return &wordCache{slots: make([]wordSlot, 1<<bits), shift: 64 - bits, seed: seed}
+	return &wordCache{sets: make([][2]wordSlot, 1<<(bits-1)), shift: 64 - (bits - 1), seed: seed}
 }
 
 // packWord returns w (1 to wordCacheMaxLen bytes) as three words with
@@ -71,11 +76,11 @@ func loadTail(t []byte) uint64 {
 	return 0
 }
 
-func (c *wordCache) slot(k0, k1, k2 uint64, n int) *wordSlot {
+func (c *wordCache) set(k0, k1, k2 uint64, n int) *[2]wordSlot {
 	h := (k0^c.seed)*0x9E3779B97F4A7C15 ^ k1*0xC2B2AE3D27D4EB4F ^ k2*0x165667B19E3779F9 ^ uint64(n)
 	h ^= h >> 29
 	h *= 0xBF58476D1CE4E5B9
-	return &c.slots[h>>c.shift]
+	return &c.sets[h>>c.shift]
 }
 
 // get appends the cached ids of w and reports whether w was cached. It
@@ -87,9 +92,18 @@ func (c *wordCache) get(w []byte, ids []uint32) ([]uint32, bool) {
 		return ids, false
 	}
 	k0, k1, k2 := packWord(w)
-	s := c.slot(k0, k1, k2, len(w))
+	set := c.set(k0, k1, k2, len(w))
+	if out, ok := set[0].get(k0, k1, k2, len(w), ids); ok {
+		return out, true
+	}
+	return set[1].get(k0, k1, k2, len(w), ids)
+}
+
+// get appends the ids of slot s when it holds the word of length n whose
+// key is k0, k1, k2.
+func (s *wordSlot) get(k0, k1, k2 uint64, n int, ids []uint32) ([]uint32, bool) {
 	v := s[0].Load()
-	if v&wordSeqOne != 0 || int(v>>8&0xff) != len(w) ||
+	if v&wordSeqOne != 0 || int(v>>8&0xff) != n ||
 		s[1].Load() != k0 || s[2].Load() != k1 || s[3].Load() != k2 {
 		return ids, false
 	}
@@ -97,12 +111,12 @@ func (c *wordCache) get(w []byte, ids []uint32) ([]uint32, bool) {
 	if s[0].Load() != v {
 		return ids, false
 	}
-	n := len(ids)
-	ids = slices.Grow(ids, wordCacheMaxIDs)[:n+wordCacheMaxIDs]
-	out := (*[wordCacheMaxIDs]uint32)(ids[n:])
+	l := len(ids)
+	ids = slices.Grow(ids, wordCacheMaxIDs)[:l+wordCacheMaxIDs]
+	out := (*[wordCacheMaxIDs]uint32)(ids[l:])
 	out[0], out[1], out[2], out[3] = uint32(g0), uint32(g0>>32), uint32(g1), uint32(g1>>32)
 	out[4], out[5], out[6], out[7] = uint32(g2), uint32(g2>>32), uint32(g3), uint32(g3>>32)
-	return ids[:n+int(v&0xff)], true
+	return ids[:l+int(v&0xff)], true
 }
 
 // put caches the ids of w when they fit and no other writer holds the slot.
@@ -111,7 +125,16 @@ func (c *wordCache) put(w []byte, wids []uint32) {
 		return
 	}
 	k0, k1, k2 := packWord(w)
-	s := c.slot(k0, k1, k2, len(w))
+	set := c.set(k0, k1, k2, len(w))
+	way := 0
+	switch {
+	case set[0][0].Load()&0xffff == 0: // empty
+	case set[1][0].Load()&0xffff == 0:
+		way = 1
+	default:
+		way = int(c.victim.Add(1) & 1)
+	}
+	s := &set[way]
 	v := s[0].Load()
 	if v&wordSeqOne != 0 || !s[0].CompareAndSwap(v, v+wordSeqOne) {
 		return

@@ -73,30 +73,45 @@ func TestWordCacheGetPut(t *testing.T) {
 	}
 }
 
-// TestWordCacheCollisionReplaces fills a cache of one slot's worth of
-// words: each put replaces the one before, whose get then misses.
-func TestWordCacheCollisionReplaces(t *testing.T) {
+// TestWordCacheSetHoldsTwo puts words that share a set: the set keeps
+// two of them (the point of its two ways), and a third replaces one, which
+// then misses while the others that answer give their own ids.
+func TestWordCacheSetHoldsTwo(t *testing.T) {
 	c := newWordCache(wordCacheBits, 3)
-	first := []byte("first")
-	slotOf := func(w []byte) *wordSlot {
+	setOf := func(w []byte) *[2]wordSlot {
 		k0, k1, k2 := packWord(w)
-		return c.slot(k0, k1, k2, len(w))
+		return c.set(k0, k1, k2, len(w))
 	}
-	c.put(first, []uint32{1})
-	s := slotOf(first)
-	for i := 0; ; i++ {
-		w := fmt.Appendf(nil, "w%d", i)
-		if slotOf(w) != s {
-			continue
+	words := [][]byte{[]byte("first")}
+	for i := 0; len(words) < 3; i++ {
+		if w := fmt.Appendf(nil, "w%d", i); setOf(w) == setOf(words[0]) {
+			words = append(words, w)
 		}
-		c.put(w, []uint32{2, 3})
-		if _, ok := c.get(first, nil); ok {
-			t.Fatal("the replaced word still answers")
+	}
+	idsOf := func(k int) []uint32 { return []uint32{uint32(k), uint32(10 + k)} }
+	hits := func() (n int) {
+		for k, w := range words {
+			got, ok := c.get(w, nil)
+			if ok && !slices.Equal(got, idsOf(k)) {
+				t.Fatalf("get(%s) = %v, want %v", w, got, idsOf(k))
+			}
+			if ok {
+				n++
+			}
 		}
-		if got, ok := c.get(w, nil); !ok || !slices.Equal(got, []uint32{2, 3}) {
-			t.Fatalf("get(%s) = %v, %v", w, got, ok)
-		}
-		return
+		return n
+	}
+	c.put(words[0], idsOf(0))
+	c.put(words[1], idsOf(1))
+	if n := hits(); n != 2 {
+		t.Fatalf("two words of one set: %d answer, want 2", n)
+	}
+	c.put(words[2], idsOf(2))
+	if _, ok := c.get(words[2], nil); !ok {
+		t.Fatal("the word put last does not answer")
+	}
+	if n := hits(); n != 2 {
+		t.Fatalf("three words of one set: %d answer, want 2", n)
 	}
 }
 
