@@ -411,8 +411,7 @@ func (ix *Index) storeLocked(s *slot, hash, key uint64, gpu bool) {
 		// without passing through the shared form.
 		ix.unspecLocked(s, ni)
 	}
-	ix.sharingSpec(ni) // another stream's speculation: putEntry shares the node
-	ix.putEntry(n, e)
+	ix.putEntry(ni, e)
 	ix.toFront(ni)
 }
 
@@ -439,7 +438,7 @@ func (ix *Index) removeLocked(s *slot, hash uint64, gpu bool) bool {
 	if e.gpu == 0 && e.off == 0 {
 		ix.dropEntryLocked(s, ni, hash)
 	} else {
-		ix.putEntry(n, e)
+		ix.putEntry(ni, e)
 	}
 	return true
 }
@@ -553,33 +552,10 @@ func (ix *Index) dropSpecLocked(s *slot, ni uint32) {
 
 // unspecLocked drops s's speculation on node ni, which has one.
 func (ix *Index) unspecLocked(s *slot, ni uint32) {
-	n := ix.node(ni)
-	if n.b&modeShared != 0 {
-		delete(s.specAt, ni)
-	}
-	ix.clearSpec(n, s.id)
+	ix.clearSpec(ni, s.id)
 	s.nspec--
 	ix.entries--
 	ix.specs--
-}
-
-// specExpiry returns the expiry of s's speculation on node ni, and false
-// when s has none there.
-func (ix *Index) specExpiry(s *slot, ni uint32) (int64, bool) {
-	if n := ix.node(ni); n.b&modeSpec != 0 {
-		return int64(n.a), uint16(n.b) == s.id
-	}
-	at, ok := s.specAt[ni]
-	return at, ok
-}
-
-// sharingSpec readies node ni to take the shared form: a node in the
-// speculative form hands its expiry to its slot's specAt first, where the
-// shared form keeps it.
-func (ix *Index) sharingSpec(ni uint32) {
-	if n := ix.node(ni); n.b&modeSpec != 0 {
-		ix.slots[uint16(n.b)].specAt[ni] = int64(n.a)
-	}
 }
 
 // LRU list: head is most recent. Node 0 is the nil link.
@@ -836,13 +812,7 @@ func (ix *Index) speculateLocked(s *slot, keys []uint64) int {
 			ix.specs++
 			s.nspec++
 		}
-		if n.b&modeSpec != 0 && uint16(n.b) != s.id {
-			ix.sharingSpec(ni) // another slot's speculation: setSpec shares the node
-		}
-		ix.setSpec(n, s.id, until)
-		if n.b&modeShared != 0 {
-			s.specAt[ni] = until
-		}
+		ix.setSpec(ni, s.id, until)
 		s.specQ = append(s.specQ, specItem{node: ni, until: until})
 		ix.toFront(ni)
 		from = i

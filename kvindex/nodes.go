@@ -112,8 +112,11 @@ func inlineEntry(n *node) entry {
 
 func (ix *Index) ext(n *node) *nodeExt { return &ix.exts[uint32(n.b)] }
 
-// share turns n into a shared node and returns its ext.
-func (ix *Index) share(n *node) *nodeExt {
+// share turns node ni into a shared node and returns its ext. A node in
+// the speculative form hands its expiry to its slot's specAt, where the
+// shared form keeps each slot's.
+func (ix *Index) share(ni uint32) *nodeExt {
+	n := ix.node(ni)
 	if n.b&modeShared != 0 {
 		return ix.ext(n)
 	}
@@ -137,6 +140,7 @@ func (ix *Index) share(n *node) *nodeExt {
 	case old.b&modeSpec != 0:
 		ix.ext(n).specUntil = int64(old.a)
 		ix.setBit(n, bSpec, uint16(old.b), true)
+		ix.slots[uint16(old.b)].specAt[ni] = int64(old.a)
 	}
 	return ix.ext(n)
 }
@@ -324,13 +328,15 @@ func (ix *Index) anyEntry(n *node) (entry, bool) {
 	return entry{}, false
 }
 
-// putEntry inserts or updates e, whose counts are not both zero.
-func (ix *Index) putEntry(n *node, e entry) {
+// putEntry inserts or updates e, whose counts are not both zero, on node
+// ni.
+func (ix *Index) putEntry(ni uint32, e entry) {
+	n := ix.node(ni)
 	if n.b == 0 || (n.b&modeInline != 0 && uint16(n.b) == e.slot) {
 		n.a, n.b = e.hash, inlineState(e)
 		return
 	}
-	x := ix.share(n)
+	x := ix.share(ni)
 	i := 0
 	for i < len(x.entries) && x.entries[i].slot != e.slot {
 		i++
@@ -370,8 +376,9 @@ func (ix *Index) delEntry(n *node, id uint16) bool {
 	return false
 }
 
-// setSpec marks slot id's speculative entry on n, live until until.
-func (ix *Index) setSpec(n *node, id uint16, until int64) {
+// setSpec marks slot id's speculative entry on node ni, live until until.
+func (ix *Index) setSpec(ni uint32, id uint16, until int64) {
+	n := ix.node(ni)
 	switch {
 	case n.b == 0:
 		n.a, n.b = uint64(until), modeSpec|uint64(id)
@@ -380,13 +387,15 @@ func (ix *Index) setSpec(n *node, id uint16, until int64) {
 		n.a = max(n.a, uint64(until))
 		return
 	}
-	x := ix.share(n)
+	x := ix.share(ni)
 	x.specUntil = max(x.specUntil, until)
 	ix.setBit(n, bSpec, id, true)
+	ix.slots[id].specAt[ni] = until
 }
 
-// clearSpec drops slot id's speculative entry on n.
-func (ix *Index) clearSpec(n *node, id uint16) {
+// clearSpec drops slot id's speculative entry on node ni.
+func (ix *Index) clearSpec(ni uint32, id uint16) {
+	n := ix.node(ni)
 	if n.b&modeSpec != 0 {
 		if uint16(n.b) == id {
 			n.a, n.b = 0, 0
@@ -396,6 +405,17 @@ func (ix *Index) clearSpec(n *node, id uint16) {
 	if n.b&modeShared == 0 {
 		return
 	}
+	delete(ix.slots[id].specAt, ni)
 	ix.setBit(n, bSpec, id, false)
 	ix.compact(n)
+}
+
+// specExpiry returns the expiry of slot s's speculation on node ni, and
+// false when s has none there.
+func (ix *Index) specExpiry(s *slot, ni uint32) (int64, bool) {
+	if n := ix.node(ni); n.b&modeSpec != 0 {
+		return int64(n.a), uint16(n.b) == s.id
+	}
+	at, ok := s.specAt[ni]
+	return at, ok
 }
