@@ -30,16 +30,15 @@ const (
 // entry. The seed keeps the slots a word lands in unpredictable to
 // clients, who could otherwise send words that evict each other.
 type wordCache struct {
-	sets   [][2]wordSlot
-	shift  uint // 64 − log2(len(sets))
-	seed   uint64
-	victim atomic.Uint32 // turns the way a full set gives up
+	sets  [][2]wordSlot
+	shift uint // 64 − log2(len(sets))
+	seed  uint64
 }
 
 // wordSlot is one cache line: [0] the sequence number (bits 16 and up, odd
 // while a writer holds the slot), the word's length (bits 8–15) and the
-// number of ids (bits 0–7); [1:4] the word's bytes as packWord gives them; [4:8] the
-// ids, two per word.
+// number of ids (bits 0–7); [1:4] the word's bytes as packWord gives them;
+// [4:8] the ids, two per word.
 type wordSlot [8]atomic.Uint64
 
 const wordSeqOne = 1 << 16
@@ -126,13 +125,17 @@ func (c *wordCache) put(w []byte, wids []uint32) {
 	}
 	k0, k1, k2 := packWord(w)
 	set := c.set(k0, k1, k2, len(w))
+	// An empty way, else the ways in turn: each write flips bit 17 of its
+	// slot's sequence number, so the two bits' parity flips with every
+	// write to the set, and nothing outside the set is written.
+	v0, v1 := set[0][0].Load(), set[1][0].Load()
 	way := 0
 	switch {
-	case set[0][0].Load()&0xffff == 0: // empty
-	case set[1][0].Load()&0xffff == 0:
+	case v0&0xffff == 0: // empty
+	case v1&0xffff == 0:
 		way = 1
 	default:
-		way = int(c.victim.Add(1) & 1)
+		way = int((v0 ^ v1) >> 17 & 1)
 	}
 	s := &set[way]
 	v := s[0].Load()
