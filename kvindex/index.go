@@ -251,9 +251,8 @@ func (ix *Index) Apply(src Source, events []Event) {
 // applyBatch is Apply's critical section; it returns the slot when a
 // clear left entries to retire.
 func (ix *Index) applyBatch(src Source, events []Event) *slot {
-	ix.mu.Lock()
+	ix.lock()
 	defer ix.mu.Unlock()
-	ix.drainTouchesLocked() // before slotLocked, which may free nodes
 	s := ix.slotLocked(src)
 	if s == nil {
 		ix.m.skipped.WithLabelValues("too_many_streams").Add(float64(len(events)))
@@ -531,12 +530,11 @@ func (ix *Index) retire(s *slot) {
 		if ix.retireHook != nil {
 			ix.retireHook()
 		}
-		ix.mu.Lock()
+		ix.lock()
 		if int(s.id) >= len(ix.slots) || ix.slots[s.id] != s {
 			ix.mu.Unlock()
 			return
 		}
-		ix.drainTouchesLocked()
 		done = ix.retireSomeLocked(s, retireBatch)
 		ix.gaugesLocked()
 		ix.mu.Unlock()
@@ -600,9 +598,9 @@ const maxTouchLog = 1 << 18
 // hold consecutive blocks (a chain stored in one event takes consecutive
 // nodes, tail first). A pair (0, 0) ends the chain in the log. Called
 // under the read lock, so every logged index is valid until a writer
-// frees a node: every writer drains the log (drainTouchesLocked) before
-// anything it does can free one, or the drain would link a free node
-// back into the LRU list.
+// frees a node; every writer takes the lock through lock, which drains
+// the log first, or the drain would link a free node back into the LRU
+// list.
 func (ix *Index) logTouches(runs []uint32) {
 	if len(runs) == 0 {
 		return
@@ -613,6 +611,13 @@ func (ix *Index) logTouches(runs []uint32) {
 		ix.touchLog = append(ix.touchLog, 0, 0)
 	}
 	ix.touchMu.Unlock()
+}
+
+// lock takes the write lock, as every writer does, and replays the
+// lookups' touches (drainTouchesLocked) before the writer can free a node.
+func (ix *Index) lock() {
+	ix.mu.Lock()
+	ix.drainTouchesLocked()
 }
 
 // drainTouchesLocked moves the chains lookups hit to the LRU head in the
@@ -753,7 +758,7 @@ func (ix *Index) speculate(worker string, keys []uint64) int {
 	from := len(keys)
 	for hi := len(keys); hi > 0; {
 		lo := max(0, hi-specChunk)
-		ix.mu.Lock()
+		ix.lock()
 		id, ok := ix.byName[slotName{worker, 0}]
 		if !ok {
 			ix.mu.Unlock()
@@ -775,9 +780,8 @@ func (ix *Index) speculate(worker string, keys []uint64) int {
 
 // speculateLocked enters keys, a chain root first, as speculative on s and
 // returns the index of the first key it entered (len(keys) when none).
-// ix.mu must be held.
+// The write lock must be held, taken through lock.
 func (ix *Index) speculateLocked(s *slot, keys []uint64) int {
-	ix.drainTouchesLocked() // before the sweep frees nodes
 	now := ix.now().UnixNano()
 	ix.sweepLocked(now)
 	until := now + int64(ix.specTTL)

@@ -59,9 +59,8 @@ func (ix *Index) Streams() []StreamStatus {
 // than before: its entries are then cleared, since the model roots its
 // chains. It does nothing when MaxStreams are taken.
 func (ix *Index) AddStream(src Source) {
-	ix.mu.Lock()
+	ix.lock()
 	defer ix.mu.Unlock()
-	ix.drainTouchesLocked() // slotLocked may free nodes
 	ix.slotLocked(src)
 }
 
@@ -106,9 +105,8 @@ func (ix *Index) Reset(src Source, reason string) {
 }
 
 func (ix *Index) reset(src Source, reason string) *slot {
-	ix.mu.Lock()
+	ix.lock()
 	defer ix.mu.Unlock()
-	ix.drainTouchesLocked() // the clear frees speculative nodes
 	s := ix.slotLocked(src)
 	if s == nil {
 		return nil
@@ -123,9 +121,8 @@ func (ix *Index) reset(src Source, reason string) *slot {
 
 // RemoveWorker forgets every stream of worker and its entries.
 func (ix *Index) RemoveWorker(worker string) {
-	ix.mu.Lock()
+	ix.lock()
 	defer ix.mu.Unlock()
-	ix.drainTouchesLocked() // the clears free nodes
 	for i, s := range ix.slots {
 		if s == nil || s.name.worker != worker {
 			continue
