@@ -171,6 +171,19 @@ func adminOptionsOf(cfg Config, reg prometheus.Registerer) (adminOptions, error)
 // at a time for its whole life (a request and its response).
 const streamWorkers = 256
 
+// A long prompt's body arrives as one stream's data. grpc-go's 64 KiB
+// windows (a loopback round trip is too short for its bandwidth estimate
+// to widen them) made a 300 KB body cost five more reads and five more
+// writes, each a wake-up, than these windows (strace of a seen 100K-token
+// chat series): 8-10% of warmpath's CPU per 100K-token chat
+// (BENCHMARKS.md). These windows let such a body arrive whole; they bound
+// what a connection can hold unread at what grpc-go's own estimate may
+// reach (its ceiling is 16 MiB).
+const (
+	streamWindow = 4 << 20
+	connWindow   = 16 << 20
+)
+
 // serve runs warmpath until ctx ends: the ext_proc gRPC server, the admin
 // HTTP server and the background loops, all under one errgroup.
 func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.Writer) error {
@@ -197,6 +210,8 @@ func serve(ctx context.Context, cfg Config, eo embedOptions, stdout, stderr io.W
 		// own, as without them.
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.MaxRecvMsgSize(cfg.ExtProc.MaxRecvMsgBytes),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
 		// Envoy pings per its cluster's connection_keepalive; answering those
 		// with GOAWAY too_many_pings would drop every stream on the connection.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),

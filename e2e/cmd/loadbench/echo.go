@@ -44,7 +44,9 @@ func serveEcho(workers []string, stdout io.Writer) error {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {})
 	go func() { _ = http.Serve(admin, mux) }()
-	srv := grpc.NewServer()
+	// The flow-control windows warmpath serves with (internal/app), so the
+	// floor is the same transport's.
+	srv := grpc.NewServer(grpc.InitialWindowSize(4<<20), grpc.InitialConnWindowSize(16<<20))
 	extprocv3.RegisterExternalProcessorServer(srv, &echo{workers: workers})
 	fmt.Fprintf(stdout, "warmpath ready extproc=%s admin=%s\n", lis.Addr(), admin.Addr())
 	return srv.Serve(lis)
