@@ -1,6 +1,7 @@
 package jinja
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -1378,6 +1379,11 @@ func numCompare(a, b Value) (int, bool) {
 			return 1, true
 		}
 		return 0, true
+	}
+	if x, ok := smallInt(a); ok {
+		if y, ok := smallInt(b); ok {
+			return cmp.Compare(x, y), true
+		}
 	}
 	x, _ := bigOf(a)
 	y, _ := bigOf(b)

@@ -149,9 +149,9 @@ func TestDictDerived(t *testing.T) {
 	}
 }
 
-// TestSmallIntOpMatchesBig checks numop's int64 fast path against its
-// big.Int path (operands given as *big.Int skip the fast path), on edge
-// values and random ones: same value, same error.
+// TestSmallIntOpMatchesBig checks numop's and numCompare's int64 fast
+// paths against their big.Int paths (operands given as *big.Int skip the
+// fast paths), on edge values and random ones: same value, same error.
 func TestSmallIntOpMatchesBig(t *testing.T) {
 	edges := []int64{0, 1, -1, 2, -2, 7, -7, 1<<31 - 1, -(1<<31 - 1), 1 << 31, -(1 << 31), 1<<32 + 3,
 		math.MaxInt64, math.MinInt64, math.MaxInt64 - 1, math.MinInt64 + 1, 1 << 62, -(1 << 62)}
@@ -176,6 +176,22 @@ func TestSmallIntOpMatchesBig(t *testing.T) {
 				if (gerr != nil) != (werr != nil) || (gerr == nil && !same(got, want)) {
 					t.Fatalf("%d %s %d = %v, %v; big.Int path gives %v, %v", a, op, b, got, gerr, want, werr)
 				}
+			}
+		}
+	}
+	for _, a := range vals {
+		for _, b := range append(vals[:len(edges):len(edges)], a, a+1, a-1) {
+			got, _ := numCompare(a, b)
+			want, _ := numCompare(big.NewInt(a), big.NewInt(b))
+			if got != want {
+				t.Fatalf("compare(%d, %d) = %d, big.Int path gives %d", a, b, got, want)
+			}
+		}
+		for _, b := range []bool{false, true} {
+			got, _ := numCompare(a, b)
+			want, _ := numCompare(big.NewInt(a), big.NewInt(map[bool]int64{true: 1}[b]))
+			if got != want {
+				t.Fatalf("compare(%d, %v) = %d, big.Int path gives %d", a, b, got, want)
 			}
 		}
 	}
