@@ -175,10 +175,11 @@ const streamWorkers = 256
 // windows (a loopback round trip is too short for its bandwidth estimate
 // to widen them) made a 300 KB body cost five more reads and five more
 // writes, each a wake-up, than these windows (strace of a seen 100K-token
-// chat series): 8-10% of warmpath's CPU per 100K-token chat
-// (BENCHMARKS.md). These windows let such a body arrive whole; they bound
-// what a connection can hold unread at what grpc-go's own estimate may
-// reach (its ceiling is 16 MiB).
+// chat series): 2-5% of warmpath's CPU per 100K-token chat on an idle
+// machine, 8-12% with four more warmpath processes running beside it
+// (BENCHMARKS.md). These windows let such a body arrive whole; they
+// bound what a connection can hold unread at what grpc-go's own estimate
+// may reach (its ceiling is 16 MiB).
 const (
 	streamWindow = 4 << 20
 	connWindow   = 16 << 20
