@@ -203,3 +203,22 @@ func TestSmallIntOpMatchesBig(t *testing.T) {
 		}
 	}
 }
+
+// TestSelfReferentialNamespace: a namespace that holds itself prints as
+// Python's repr prints it (jinja2 3.1.6), instead of recursing until the
+// stack runs out, which no recover catches.
+func TestSelfReferentialNamespace(t *testing.T) {
+	t.Parallel()
+	tmpl, err := Compile(`{% set ns = namespace(s='') %}{% set ns.s = ns %}{{ ns }}|{% set ns.l = [ns, 1] %}{{ ns.l }}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tmpl.Render(NewDict(0), RenderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `<Namespace {'s': <Namespace {...}>}>|[<Namespace {'s': <Namespace {...}>, 'l': [...]}>, 1]`
+	if got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}

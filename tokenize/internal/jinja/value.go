@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -448,7 +449,25 @@ func repr(v Value) string {
 	return b.String()
 }
 
-func writeRepr(b *strings.Builder, v Value, quote bool) {
+func writeRepr(b *strings.Builder, v Value, quote bool) { writeReprIn(b, v, quote, nil) }
+
+// writeReprIn is writeRepr inside the lists and dicts of open, whose repr
+// is under way: one of them met again prints as [...] or {...}, as
+// Python's repr does. A namespace can hold itself (set ns.x = ns); without
+// the check its repr would recurse until the stack ran out.
+func writeReprIn(b *strings.Builder, v Value, quote bool, open []any) {
+	switch x := v.(type) {
+	case *List, *Dict:
+		if slices.Contains(open, v) {
+			if _, ok := x.(*List); ok {
+				b.WriteString("[...]")
+			} else {
+				b.WriteString("{...}")
+			}
+			return
+		}
+		open = append(open, v)
+	}
 	switch x := v.(type) {
 	case nil:
 		b.WriteString("None")
@@ -492,7 +511,7 @@ func writeRepr(b *strings.Builder, v Value, quote bool) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			writeRepr(b, it, true)
+			writeReprIn(b, it, true, open)
 		}
 		if x.Tuple {
 			if len(x.Items) == 1 {
@@ -508,14 +527,14 @@ func writeRepr(b *strings.Builder, v Value, quote bool) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			writeRepr(b, x.keyOf(k), true)
+			writeReprIn(b, x.keyOf(k), true, open)
 			b.WriteString(": ")
-			writeRepr(b, x.m[k], true)
+			writeReprIn(b, x.m[k], true, open)
 		}
 		b.WriteByte('}')
 	case *Namespace:
 		b.WriteString("<Namespace ")
-		writeRepr(b, x.attrs, true)
+		writeReprIn(b, x.attrs, true, open)
 		b.WriteByte('>')
 	case *Macro:
 		b.WriteString("<Macro '" + x.name + "'>")
@@ -526,7 +545,7 @@ func writeRepr(b *strings.Builder, v Value, quote bool) {
 	case *Iter:
 		if x.isView() {
 			b.WriteString(x.kind + "(")
-			writeRepr(b, &List{Items: x.items}, true)
+			writeReprIn(b, &List{Items: x.items}, true, open)
 			b.WriteByte(')')
 		} else {
 			b.WriteString("<" + x.kind + " object>")
