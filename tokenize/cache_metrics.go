@@ -108,3 +108,42 @@ func (c *promptCaches) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.tail, prometheus.CounterValue, float64(s.TailBytes), model)
 	}
 }
+
+// renderMemos exports the render memo of every local pipeline's chat
+// template: warmpath_render_memo_lookups_total{model,result} (one per
+// message iteration of a memoized loop: hit when it replayed),
+// warmpath_render_memo_entries{model} and warmpath_render_memo_bytes{model}.
+type renderMemos struct {
+	d cacheDescs
+
+	mu      sync.Mutex
+	byModel map[string]*ChatTemplate
+}
+
+func newRenderMemos() *renderMemos {
+	return &renderMemos{d: newCacheDescs("render_memo", "chat template's render memo", []string{"model"}), byModel: map[string]*ChatTemplate{}}
+}
+
+func (c *renderMemos) add(model string, t *ChatTemplate) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.byModel[model] = t
+}
+
+func (c *renderMemos) Describe(ch chan<- *prometheus.Desc) { c.d.describe(ch) }
+
+func (c *renderMemos) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for model, t := range c.byModel {
+		var s cacheStats
+		for _, m := range t.memos {
+			ms := m.Stats()
+			s.hits += uint64(ms.Hits)
+			s.misses += uint64(ms.Misses)
+			s.entries += ms.Entries
+			s.bytes += ms.Bytes
+		}
+		c.d.collect(ch, s, model)
+	}
+}

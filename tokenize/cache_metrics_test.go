@@ -62,8 +62,10 @@ func gathered(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	return found
 }
 
-func TestPromptCacheMetrics(t *testing.T) {
-	t.Parallel()
+// qwen3Pipeline returns a qwen3 pipeline with a 1 MiB cache whose
+// metrics are on a registry of its own.
+func qwen3Pipeline(t *testing.T) (*Pipeline, *prometheus.Registry) {
+	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	m, err := NewPipelineMetrics(component.Options{Registerer: reg})
 	if err != nil {
@@ -73,6 +75,12 @@ func TestPromptCacheMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p, reg
+}
+
+func TestPromptCacheMetrics(t *testing.T) {
+	t.Parallel()
+	p, reg := qwen3Pipeline(t)
 	text := strings.Repeat("the system prompt that every request repeats. ", 24) // past checkpointSpacing
 	p.cache.Encode(text, false)
 	p.cache.Encode(text+"and a question after it", false)
@@ -93,5 +101,44 @@ warmpath_prompt_cache_lookups_total{model="qwen3",result="miss"} 1
 	if found["warmpath_prompt_cache_entries"] != float64(s.Entries) || found["warmpath_prompt_cache_bytes"] != float64(s.Bytes) ||
 		found["warmpath_prompt_cache_retokenized_bytes_total"] != float64(s.TailBytes) || s.TailBytes == 0 {
 		t.Fatalf("gathered %v, stats %+v", found, s)
+	}
+}
+
+func TestRenderMemoMetrics(t *testing.T) {
+	t.Parallel()
+	p, reg := qwen3Pipeline(t)
+	bp := NewBodyParser(1 << 20)
+	// Messages long enough for the message cache to hand them back as
+	// the same values.
+	q1 := strings.Repeat("a first question, long enough to be looked up ", 3)
+	turn1 := `{"messages":[{"role":"user","content":"` + q1 + `"}]}`
+	turn2 := `{"messages":[{"role":"user","content":"` + q1 + `"},{"role":"assistant","content":"an answer"},{"role":"user","content":"a second question"}]}`
+	for _, body := range []string{turn1, turn2, turn2} {
+		b, err := bp.Parse([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := p.TokenizeBody(t.Context(), KindChat, b, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first question is marked on turn 1 and recorded on turn 2 (a
+	// message seen once is not recorded), and replays when turn 2 comes
+	// again. The other two are too short for the message cache: each turn
+	// parses them anew, so each is marked and never seen again.
+	want := `
+# HELP warmpath_render_memo_lookups_total Lookups in the chat template's render memo, by result: hit (reused) or miss.
+# TYPE warmpath_render_memo_lookups_total counter
+warmpath_render_memo_lookups_total{model="qwen3",result="hit"} 1
+warmpath_render_memo_lookups_total{model="qwen3",result="miss"} 6
+# HELP warmpath_render_memo_entries Entries the chat template's render memo holds.
+# TYPE warmpath_render_memo_entries gauge
+warmpath_render_memo_entries{model="qwen3"} 5
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "warmpath_render_memo_lookups_total", "warmpath_render_memo_entries"); err != nil {
+		t.Fatal(err)
+	}
+	if got := gathered(t, reg)["warmpath_render_memo_bytes"]; got <= 0 || got > 1<<20/4 {
+		t.Fatalf("render memo bytes = %v, want some, within a quarter of the 1 MiB cache", got)
 	}
 }

@@ -43,6 +43,10 @@ type ChatTemplate struct {
 	// content, so vLLM passes content as a list of parts ("openai" format).
 	openaiContent map[string]bool
 	metrics       *ChatMetrics
+	// memos keep each template's message iterations for the next turn
+	// (jinja.Memo); nil when memoBytes is zero.
+	memos         map[string]*jinja.Memo
+	memoBytes     int
 	contentFormat ContentFormat
 
 	defaultKwargsJSON  []byte
@@ -89,6 +93,19 @@ func WithExcludeToolsWhenToolChoiceNone() ChatOption {
 	return func(c *ChatTemplate) { c.excludeToolsOnNone = true }
 }
 
+// DefaultRenderMemoBytes is the default budget of WithRenderMemo.
+const DefaultRenderMemoBytes = 32 << 20
+
+// WithRenderMemo bounds the memory of each template's render memo: the
+// output of each message's iteration, which the next turn of the
+// conversation replays instead of rendering the message again when its
+// context is unchanged (jinja.Memo). The memo keeps the messages it holds
+// alive beside the text. Zero turns it off; the default is
+// DefaultRenderMemoBytes.
+func WithRenderMemo(bytes int) ChatOption {
+	return func(c *ChatTemplate) { c.memoBytes = bytes }
+}
+
 // WithClock sets the clock behind the templates' strftime_now (default
 // time.Now); tests use it to render dates deterministically.
 func WithClock(now func() time.Time) ChatOption {
@@ -116,6 +133,7 @@ func newChatTemplate(cfg *tokenizerConfig, opts ...ChatOption) (*ChatTemplate, e
 		special:       cfg.special,
 		now:           time.Now,
 		openaiContent: make(map[string]bool, len(cfg.templates)),
+		memoBytes:     DefaultRenderMemoBytes,
 	}
 	for _, o := range opts {
 		o(c)
@@ -142,6 +160,12 @@ func newChatTemplate(cfg *tokenizerConfig, opts ...ChatOption) (*ChatTemplate, e
 			return nil, fmt.Errorf("compile chat template %q: %w", name, err)
 		}
 		c.templates[name] = t
+		if c.memoBytes > 0 {
+			if c.memos == nil {
+				c.memos = make(map[string]*jinja.Memo, len(cfg.templates))
+			}
+			c.memos[name] = jinja.NewMemo(c.memoBytes)
+		}
 		switch c.contentFormat {
 		case ContentString:
 			c.openaiContent[name] = false
@@ -264,7 +288,7 @@ func (c *ChatTemplate) render(in *chatInput) (string, error) {
 	vars.Set("tools", tools)
 	vars.Set("documents", docs)
 	vars.Set("add_generation_prompt", agp)
-	out, err := tmpl.Render(vars, jinja.RenderOptions{Now: c.now, SizeHint: in.SizeHint + len(src)})
+	out, err := tmpl.Render(vars, jinja.RenderOptions{Now: c.now, SizeHint: in.SizeHint + len(src), Memo: c.memos[name]})
 	if err != nil {
 		return "", fmt.Errorf("render chat template %q: %w: %w", name, ErrTemplate, err)
 	}

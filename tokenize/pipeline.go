@@ -56,6 +56,7 @@ type PipelineMetrics struct {
 	remote   *RemoteMetrics
 	chat     *ChatMetrics
 	prompts  *promptCaches
+	memos    *renderMemos
 }
 
 // NewPipelineMetrics creates the tokenization metrics and registers them
@@ -64,8 +65,8 @@ func NewPipelineMetrics(o component.Options) (*PipelineMetrics, error) {
 	m := &PipelineMetrics{requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "warmpath_tokenize_requests_total",
 		Help: "Requests tokenized for routing, by model, path (local, remote, none) and reason a step was skipped or failed.",
-	}, []string{"model", "path", "reason"}), prompts: newPromptCaches()}
-	if err := o.Register("tokenize", m.requests, m.prompts); err != nil {
+	}, []string{"model", "path", "reason"}), prompts: newPromptCaches(), memos: newRenderMemos()}
+	if err := o.Register("tokenize", m.requests, m.prompts, m.memos); err != nil {
 		return nil, err
 	}
 	var err error
@@ -97,13 +98,19 @@ func NewPipeline(model, dir string, cacheBytes int, m *PipelineMetrics, remote .
 	if m != nil {
 		m.prompts.add(model, p.cache)
 	}
-	var copts []ChatOption
+	// The render memo holds the rendered text of messages, a fraction of
+	// what the prefix cache keeps of a conversation (its text, ids and
+	// split marks), and keeps the messages' parsed values alive besides.
+	copts := []ChatOption{WithRenderMemo(cacheBytes / 4)}
 	if m != nil {
 		copts = append(copts, WithMetrics(m.chat))
 	}
 	p.tmpl, p.tmplEr = LoadChatTemplate(dir, copts...)
 	if p.tmplEr != nil && !errors.Is(p.tmplEr, ErrNoChatTemplate) {
 		return nil, fmt.Errorf("model %s: %w", model, p.tmplEr)
+	}
+	if m != nil && p.tmpl != nil {
+		m.memos.add(model, p.tmpl)
 	}
 	return p, nil
 }

@@ -134,7 +134,9 @@ type ModelConfig struct {
 	// one place for it. Default 16.
 	BlockSize int `yaml:"block_size"`
 	// TokenizerCacheMiB bounds the conversation prefix cache that lets a
-	// follow-up turn re-tokenize only its new tail. Default 64.
+	// follow-up turn re-tokenize only its new tail; the chat template's
+	// render memo, which lets it render again only the messages whose
+	// context changed, gets a quarter of it besides. Default 64.
 	TokenizerCacheMiB int `yaml:"tokenizer_cache_mib"`
 }
 

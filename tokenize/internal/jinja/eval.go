@@ -44,16 +44,22 @@ func newScope(parent *scope) *scope { return &scope{parent: parent} }
 
 func (s *scope) lookup(name string) (Value, bool) {
 	for c := s; c != nil; c = c.parent {
-		for i := range c.n {
-			if c.names[i] == name {
-				return c.vals[i], true
-			}
-		}
-		if v, ok := c.more[name]; ok {
+		if v, ok := c.get(name); ok {
 			return v, true
 		}
 	}
 	return nil, false
+}
+
+// get returns name's value in s itself, not its parents.
+func (s *scope) get(name string) (Value, bool) {
+	for i := range s.n {
+		if s.names[i] == name {
+			return s.vals[i], true
+		}
+	}
+	v, ok := s.more[name]
+	return v, ok
 }
 
 func (s *scope) set(name string, v Value) {
@@ -101,6 +107,8 @@ const (
 type renderer struct {
 	now   func() time.Time
 	depth int
+	memo  *Memo      // nil: no memo
+	rec   *recording // the iteration being recorded, or nil
 }
 
 func (r *renderer) execBody(out *strings.Builder, body []node, s *scope) (ctrl, error) {
@@ -261,11 +269,13 @@ func (r *renderer) execFor(out *strings.Builder, n *forNode, s *scope) (ctrl, er
 		return r.execBody(out, n.els, newScope(s))
 	}
 	loop := &LoopInfo{items: items}
-	if outer, ok := s.lookup("loop"); ok {
+	outer, nested := s.lookup("loop")
+	if nested {
 		if ol, ok := outer.(*LoopInfo); ok {
 			loop.depth = ol.depth + 1
 		}
 	}
+	memo := r.memo != nil && r.rec == nil && !nested && n.plan != nil && n.plan.ok
 	for i, v := range items {
 		// A fresh scope per iteration: assignments never outlive it. The
 		// scope and its loop variable are one allocation.
@@ -276,7 +286,13 @@ func (r *renderer) execFor(out *strings.Builder, n *forNode, s *scope) (ctrl, er
 		if err := assign(is, n.targets, v); err != nil {
 			return ctrlNone, err
 		}
-		c, err := r.execBody(out, n.body, is)
+		var c ctrl
+		var err error
+		if d, ok := v.(*Dict); ok && memo {
+			c, err = r.execMemo(out, n, d, is, s)
+		} else {
+			c, err = r.execBody(out, n.body, is)
+		}
 		if err != nil {
 			return ctrlNone, err
 		}
@@ -285,6 +301,32 @@ func (r *renderer) execFor(out *strings.Builder, n *forNode, s *scope) (ctrl, er
 		}
 	}
 	return ctrlNone, nil
+}
+
+// execMemo runs an iteration over d from the memo when a recorded run of
+// it replays, else runs and records it.
+func (r *renderer) execMemo(out *strings.Builder, n *forNode, d *Dict, is, outer *scope) (ctrl, error) {
+	k := memoKey{loop: n, item: d}
+	vs, seen := r.memo.get(k)
+	for _, v := range vs {
+		if r.replays(v, is, outer) {
+			r.memo.hits.Add(1)
+			return v.ctrl, writeMemo(out, v)
+		}
+	}
+	r.memo.miss.Add(1)
+	if !seen {
+		return r.execBody(out, n.body, is)
+	}
+	rec := &recording{plan: n.plan, iter: is}
+	r.rec = rec
+	start := out.Len()
+	c, err := r.execBody(out, n.body, is)
+	r.rec = nil
+	if err == nil && !rec.tainted {
+		r.memo.put(k, &memoVariant{reads: rec.reads, out: strings.Clone(out.String()[start:]), ctrl: c})
+	}
+	return c, err
 }
 
 // iteration is a loop iteration's scope with its loop variable.
@@ -327,6 +369,11 @@ func iterate(v Value) ([]Value, error) {
 }
 
 func (r *renderer) eval(e expr, s *scope) (Value, error) {
+	if r.rec != nil && !r.rec.inUnit {
+		if _, name := e.(*nameExpr); name || r.rec.plan.units[e] {
+			return r.evalRecorded(e, s)
+		}
+	}
 	switch e := e.(type) {
 	case *constExpr:
 		return e.v, nil
@@ -655,6 +702,9 @@ func (r *renderer) call(fn Value, args []Value, kwargs *Dict) (Value, error) {
 }
 
 func (r *renderer) callMacro(m *Macro, args []Value, kwargs *Dict) (Value, error) {
+	if r.rec != nil {
+		r.rec.tainted = true // the macro reads its own scopes
+	}
 	if len(args) > len(m.params) {
 		return nil, errf("macro '%s' takes not more than %d argument(s)", m.name, len(m.params))
 	}
@@ -767,6 +817,9 @@ func (r *renderer) global(name string) Value {
 			f, ok := args[0].(string)
 			if !ok {
 				return nil, errf("strftime_now format must be a string")
+			}
+			if r.rec != nil {
+				r.rec.tainted = true // the clock is not a recorded read
 			}
 			return strftime(r.now(), f), nil
 		}}

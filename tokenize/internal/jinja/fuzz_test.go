@@ -55,7 +55,8 @@ func FuzzParseJSON(f *testing.F) {
 }
 
 // FuzzTemplate compiles and renders arbitrary template sources: no panic,
-// no internal error, the same output twice.
+// no internal error, the same output twice, and the same again with a
+// render memo.
 func FuzzTemplate(f *testing.F) {
 	raw, err := os.ReadFile(filepath.Join("testdata", "cases.json"))
 	if err != nil {
@@ -86,6 +87,16 @@ func FuzzTemplate(f *testing.F) {
 		out2, err2 := tmpl.Render(v.(*Dict), RenderOptions{})
 		if out1 != out2 || (err1 == nil) != (err2 == nil) {
 			t.Fatalf("not deterministic on %q", src)
+		}
+		// The memo marks the dicts in the first render, records in the
+		// second and replays in the third (the variables are the same
+		// dicts): the same output each time.
+		memo := NewMemo(1 << 20)
+		for i := range 3 {
+			out, err := tmpl.Render(v.(*Dict), RenderOptions{Memo: memo})
+			if out != out1 || (err == nil) != (err1 == nil) {
+				t.Fatalf("render %d with the memo differs on %q:\n got %q, %v\nwant %q, %v", i, src, out, err, out1, err1)
+			}
 		}
 	})
 }

@@ -22,6 +22,7 @@ type (
 		cond    expr
 		body    []node
 		els     []node
+		plan    *loopPlan // for the memo, set by Compile
 	}
 	setNode struct {
 		names []string // one name, or several for tuple unpacking

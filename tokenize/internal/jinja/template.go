@@ -27,7 +27,24 @@ func Compile(src string) (*Template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jinja parse: %w", err)
 	}
+	if !storesIterator(body) {
+		planLoops(body)
+	}
 	return &Template{body: body}, nil
+}
+
+// planLoops plans every for loop of body for the memo. A template that
+// may keep a single-use iterator in a variable gets no plans: replaying a
+// recorded read of it would use it up.
+func planLoops(body []node) {
+	for _, n := range body {
+		if f, ok := n.(*forNode); ok {
+			f.plan = planLoop(f)
+		}
+		for _, b := range statementBodies(n) {
+			planLoops(b)
+		}
+	}
 }
 
 // ErrInternal is wrapped by the error Render returns if rendering hit a bug
@@ -41,6 +58,10 @@ type RenderOptions struct {
 	// SizeHint is the expected output size in bytes, used to size the
 	// output buffer once; zero means no hint.
 	SizeHint int
+	// Memo, when not nil, keeps iterations over dicts for later renders
+	// of the same template (see Memo). It must not be shared between
+	// templates.
+	Memo *Memo
 }
 
 // Render renders the template with vars as its top-level variables. Values in
@@ -51,7 +72,7 @@ func (t *Template) Render(vars *Dict, opts RenderOptions) (out string, err error
 			out, err = "", fmt.Errorf("%w: %v", ErrInternal, p)
 		}
 	}()
-	r := &renderer{now: opts.Now}
+	r := &renderer{now: opts.Now, memo: opts.Memo}
 	if r.now == nil {
 		r.now = time.Now
 	}
