@@ -43,14 +43,14 @@ import (
 // A Memo is safe for concurrent use and bounded in bytes, least recently
 // used first out. The zero value is unusable; use NewMemo.
 type Memo struct {
-	mu    sync.Mutex
-	m     map[memoKey]*list.Element
-	lru   list.List // of *memoEntry, most recent first
-	used  int
-	max   int
-	hits  atomic.Int64
-	miss  atomic.Int64
-	stash atomic.Int64
+	mu   sync.Mutex
+	m    map[memoKey]*list.Element
+	lru  list.List // of *memoEntry, most recent first
+	used int
+	max  int
+	hits atomic.Int64
+	miss atomic.Int64
+	kept atomic.Int64
 }
 
 // memoVariants is how many recorded contexts a dict keeps per loop: the
@@ -75,6 +75,10 @@ type memoVariant struct {
 	out   string
 	ctrl  ctrl
 }
+
+// size is what a variant counts for in the memo's budget: its text, its
+// reads and the bookkeeping around them.
+func (v *memoVariant) size() int { return len(v.out) + 48*len(v.reads) + 160 }
 
 // memoRead is one recorded read: e evaluated in the iteration's scope (or
 // in the loop's enclosing scope when outer) gave v.
@@ -107,7 +111,7 @@ func NewMemo(maxBytes int) *Memo {
 func (m *Memo) Stats() MemoStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return MemoStats{Hits: m.hits.Load(), Misses: m.miss.Load(), Kept: m.stash.Load(), Entries: m.lru.Len(), Bytes: m.used}
+	return MemoStats{Hits: m.hits.Load(), Misses: m.miss.Load(), Kept: m.kept.Load(), Entries: m.lru.Len(), Bytes: m.used}
 }
 
 // get returns the variants recorded for k, and whether k was seen before.
@@ -130,27 +134,28 @@ func (m *Memo) get(k memoKey) (vs []*memoVariant, seen bool) {
 // memoMarkSize is what an entry without variants counts for.
 const memoMarkSize = 96
 
+// put adds v to k's variants, the most recent first.
 func (m *Memo) put(k memoKey, v *memoVariant) {
-	size := len(v.out) + 48*len(v.reads) + 160
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.stash.Add(1)
-	if el, ok := m.m[k]; ok {
-		e := el.Value.(*memoEntry)
-		vs := make([]*memoVariant, 0, memoVariants)
-		vs = append(vs, v)
-		vs = append(vs, e.variants[:min(len(e.variants), memoVariants-1)]...)
-		m.used -= e.size
-		e.variants, e.size = vs, memoMarkSize
-		for _, x := range vs {
-			e.size += len(x.out) + 48*len(x.reads) + 160
-		}
-		m.used += e.size
-		m.lru.MoveToFront(el)
-	} else {
-		m.m[k] = m.lru.PushFront(&memoEntry{key: k, variants: []*memoVariant{v}, size: memoMarkSize + size})
-		m.used += memoMarkSize + size
+	m.kept.Add(1)
+	el, ok := m.m[k]
+	if !ok { // evicted since it was marked
+		el = m.lru.PushFront(&memoEntry{key: k, size: memoMarkSize})
+		m.m[k] = el
+		m.used += memoMarkSize
 	}
+	e := el.Value.(*memoEntry)
+	vs := make([]*memoVariant, 0, memoVariants)
+	vs = append(vs, v)
+	vs = append(vs, e.variants[:min(len(e.variants), memoVariants-1)]...)
+	m.used -= e.size
+	e.variants, e.size = vs, memoMarkSize
+	for _, x := range vs {
+		e.size += x.size()
+	}
+	m.used += e.size
+	m.lru.MoveToFront(el)
 	m.evict()
 }
 
