@@ -136,14 +136,7 @@ func (c *renderMemos) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for model, t := range c.byModel {
-		var s cacheStats
-		for _, m := range t.memos {
-			ms := m.Stats()
-			s.hits += uint64(ms.Hits)
-			s.misses += uint64(ms.Misses)
-			s.entries += ms.Entries
-			s.bytes += ms.Bytes
-		}
-		c.d.collect(ch, s, model)
+		s := t.memoStats()
+		c.d.collect(ch, cacheStats{uint64(s.Hits), uint64(s.Misses), s.Entries, s.Bytes}, model)
 	}
 }

@@ -106,6 +106,17 @@ func WithRenderMemo(bytes int) ChatOption {
 	return func(c *ChatTemplate) { c.memoBytes = bytes }
 }
 
+// memoStats returns the counters of the templates' render memos, summed.
+func (c *ChatTemplate) memoStats() jinja.MemoStats {
+	var s jinja.MemoStats
+	for _, m := range c.memos {
+		ms := m.Stats()
+		s.Hits, s.Misses, s.Kept = s.Hits+ms.Hits, s.Misses+ms.Misses, s.Kept+ms.Kept
+		s.Entries, s.Bytes = s.Entries+ms.Entries, s.Bytes+ms.Bytes
+	}
+	return s
+}
+
 // WithClock sets the clock behind the templates' strftime_now (default
 // time.Now); tests use it to render dates deterministically.
 func WithClock(now func() time.Time) ChatOption {

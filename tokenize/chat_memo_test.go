@@ -133,10 +133,7 @@ func TestRenderMemoMatchesRender(t *testing.T) {
 					}
 				}
 			}
-			var hits int64
-			for _, m := range memo.memos {
-				hits += m.Stats().Hits
-			}
+			hits := memo.memoStats().Hits
 			t.Logf("%d turns rendered, %d message iterations replayed", rendered, hits)
 			if rendered == 0 || replays != (hits > 0) {
 				t.Errorf("%d turns rendered, %d iterations replayed; want replays: %v", rendered, hits, replays)

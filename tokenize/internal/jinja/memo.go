@@ -356,40 +356,19 @@ func memoComparable(v Value) bool {
 }
 
 // memoSame reports whether two recorded values are indistinguishable to a
-// template.
+// template. Values pass memoComparable, so == is defined on them: scalars
+// by value, dicts and lists by identity; floats compare by their bits
+// (0.0 and -0.0 print differently) and big ints by value.
 func memoSame(a, b Value) bool {
 	switch x := a.(type) {
-	case nil:
-		return b == nil
-	case bool:
-		y, ok := b.(bool)
-		return ok && x == y
-	case int64:
-		y, ok := b.(int64)
-		return ok && x == y
 	case float64:
 		y, ok := b.(float64)
 		return ok && math.Float64bits(x) == math.Float64bits(y)
-	case string:
-		y, ok := b.(string)
-		return ok && x == y
-	case Markup:
-		y, ok := b.(Markup)
-		return ok && x == y
-	case Undefined:
-		y, ok := b.(Undefined)
-		return ok && x == y
 	case *big.Int:
 		y, ok := b.(*big.Int)
 		return ok && x.Cmp(y) == 0
-	case *Dict:
-		y, ok := b.(*Dict)
-		return ok && x == y
-	case *List:
-		y, ok := b.(*List)
-		return ok && x == y
 	}
-	return false
+	return a == b
 }
 
 // evalRecorded evaluates e while an iteration is recorded: a unit as a
@@ -468,33 +447,17 @@ var iteratorFilters = map[string]bool{
 // with a filter that makes one, or a call (a macro's, whose parameters
 // are names) with one among its arguments.
 func storesIterator(body []node) bool {
-	var makes func(e expr) bool
-	makes = func(e expr) bool {
-		if f, ok := e.(*filterExpr); ok && iteratorFilters[f.name] {
-			return true
-		}
-		for _, c := range children(e) {
-			if c != nil && makes(c) {
-				return true
-			}
-		}
-		return false
+	makes := func(e expr) bool {
+		return anyExpr(e, func(x expr) bool {
+			f, ok := x.(*filterExpr)
+			return ok && iteratorFilters[f.name]
+		})
 	}
-	var passes func(e expr) bool
-	passes = func(e expr) bool {
-		if c, ok := e.(*callExpr); ok {
-			for _, a := range children(c)[1:] {
-				if makes(a) {
-					return true
-				}
-			}
-		}
-		for _, c := range children(e) {
-			if c != nil && passes(c) {
-				return true
-			}
-		}
-		return false
+	passes := func(e expr) bool {
+		return anyExpr(e, func(x expr) bool {
+			c, ok := x.(*callExpr)
+			return ok && slices.ContainsFunc(children(c)[1:], makes)
+		})
 	}
 	for _, n := range body {
 		assigned, other := statementExprs(n)
@@ -515,6 +478,14 @@ func storesIterator(body []node) bool {
 		}
 	}
 	return false
+}
+
+// anyExpr reports whether f holds for e or any expression within it.
+func anyExpr(e expr, f func(expr) bool) bool {
+	if e == nil {
+		return false
+	}
+	return f(e) || slices.ContainsFunc(children(e), func(c expr) bool { return anyExpr(c, f) })
 }
 
 // statementExprs returns the expressions of statement n: those whose

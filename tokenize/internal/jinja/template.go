@@ -59,8 +59,8 @@ type RenderOptions struct {
 	// output buffer once; zero means no hint.
 	SizeHint int
 	// Memo, when not nil, keeps iterations over dicts for later renders
-	// of the same template (see Memo). It must not be shared between
-	// templates.
+	// (see Memo); its entries name the template's loops, so templates may
+	// share one.
 	Memo *Memo
 }
 
