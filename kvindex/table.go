@@ -208,38 +208,70 @@ func (t *table) resize(size int) {
 }
 
 // drain moves the entries of the next drainStep homes of the old slots,
-// and drops the old slots once all have moved. The entries of home h are
-// found from slot h on: before them in the run lie only entries of homes
-// that come earlier (cyclically: those that wrapped from the end of the
-// slots), which sit further from their homes than h's would at the same
-// slot; after them, entries of later homes, which sit nearer.
+// and drops the old slots once all have moved. Those homes' entries lie
+// together in their probe runs (a run is ordered by home): before them
+// only entries of homes that come earlier cyclically (those that wrapped
+// from the end of the slots), after them entries of later homes. One walk
+// from the first home takes them out and shifts each later entry of the
+// run back as far as its home allows, so a run is compacted once per
+// drain, not once per entry moved.
 func (t *table) drain() {
 	old := t.old
-	for end := min(t.drained+drainStep, len(old)); t.drained < end; t.drained++ {
-		h := t.drained
-		for i := h; ; {
-			s := old[i]
-			if uint32(s) == 0 {
+	if len(old) == 0 {
+		t.finishDrain(0)
+		return
+	}
+	lo := t.drained
+	span := min(drainStep, len(old)-lo) // the homes lo, …, lo+span−1
+	gap := -1                           // the first emptied slot of the run, as an offset from lo; −1 when none
+	for off := 0; ; off++ {
+		i := lo + off
+		if i >= len(old) {
+			i -= len(old)
+		}
+		s := old[i]
+		if uint32(s) == 0 {
+			if off >= span {
 				break
 			}
-			d, dh := distance(old, i, s), i-h
-			if dh < 0 {
-				dh += len(old)
+			gap = -1 // a new run
+			continue
+		}
+		switch h := off - distance(old, i, s); {
+		case h < 0:
+			// A home that wrapped from the end: it stays, and comes
+			// before anything this run gives up.
+		case h < span:
+			place(t.slots, s)
+			old[i] = 0
+			if gap < 0 {
+				gap = off
 			}
-			if d < dh {
-				break // a later home: h has no more entries
+		default:
+			// A later home: its slot is past the drained homes'.
+			to := max(gap, h)
+			if gap < 0 || to == off {
+				// Nothing before it was emptied, or it sits at its home:
+				// the rest of the run stays too.
+				t.finishDrain(lo + span)
+				return
 			}
-			if d == dh {
-				removeAt(old, i) // the run's next entry shifts into i
-				place(t.slots, s)
-				continue
+			j := lo + to
+			if j >= len(old) {
+				j -= len(old)
 			}
-			if i++; i == len(old) {
-				i = 0
-			}
+			old[j], old[i] = s, 0
+			gap = to + 1
 		}
 	}
-	if t.drained == len(old) {
+	t.finishDrain(lo + span)
+}
+
+// finishDrain records the old slots' homes below drained as moved, and
+// drops the old slots once all have.
+func (t *table) finishDrain(drained int) {
+	t.drained = drained
+	if drained == len(t.old) {
 		t.old, t.drained = nil, 0
 	}
 }

@@ -49,6 +49,7 @@ func TestTableMatchesMap(t *testing.T) {
 					t.Fatalf("op %d: get(%d) = %d, want %d", i, k, got, ref[k])
 				}
 				if i%4999 == 0 || (tb.old != nil && i%211 == 0) { // every key, often in mid-resize
+					checkTable(t, &tb)
 					for k, v := range ref {
 						if got := tb.get(k, eq(k)); got != v {
 							t.Fatalf("op %d (resizing %v): get(%d) = %d, want %d", i, tb.old != nil, k, got, v)
@@ -114,6 +115,9 @@ func TestTableResizesIncrementally(t *testing.T) {
 		if wasDraining && tb.old != nil && tb.drained-drained > drainStep {
 			t.Fatalf("one insert drained %d homes", tb.drained-drained)
 		}
+		if len(tb.old) >= 50000 && i%97 == 0 {
+			checkTable(t, &tb)
+		}
 	}
 	if resizes < 20 {
 		t.Fatalf("%d resizes began; want the table to have grown by steps", resizes)
@@ -135,6 +139,71 @@ func TestTableResizesIncrementally(t *testing.T) {
 		t.Fatalf("after deleting all but 1,000: len %d, %d slots", tb.len(), len(tb.slots))
 	}
 }
+
+// TestTableDrainWrappedRun drains the first homes of slots whose probe
+// run wraps from the end past them: the wrapped entries and a later
+// home's entry behind them must stay where they are.
+func TestTableDrainWrappedRun(t *testing.T) {
+	t.Parallel()
+	const size = 64
+	keyAt := func(h, i int) uint64 { // a key whose home in size slots is h
+		return (uint64(h)<<26 | uint64(i)) << 32 * fingerprintInverse()
+	}
+	tb := table{slots: make([]uint64, size)}
+	keyOf := map[uint32]uint64{}
+	add := func(k uint64) {
+		v := uint32(len(keyOf) + 1)
+		keyOf[v] = k
+		place(tb.slots, uint64(fingerprint(k))<<32|uint64(v))
+		tb.n++
+	}
+	for i := range 24 {
+		add(keyAt(60, i)) // slots 60–63 and 0–19
+	}
+	add(keyAt(17, 0)) // slot 20, behind them
+	add(keyAt(40, 0))
+	checkTable(t, &tb)
+	tb.resize(size * 3 / 2)
+	if tb.old == nil || tb.drained != drainStep {
+		t.Fatalf("drained %d homes, want %d still draining", tb.drained, drainStep)
+	}
+	checkTable(t, &tb)
+	for v, k := range keyOf {
+		if got := tb.get(k, func(u uint32) bool { return keyOf[u] == k }); got != v {
+			t.Fatalf("key of value %d: got %d", v, got)
+		}
+	}
+}
+
+// checkTable fails t unless every entry of both arrays can be reached
+// from its home (no empty slot between them), every run is ordered by
+// home as Robin Hood placement leaves it, and the old slots hold no entry
+// of a drained home.
+func checkTable(t *testing.T, tb *table) {
+	t.Helper()
+	for a, slots := range [2][]uint64{tb.old, tb.slots} {
+		for i, s := range slots {
+			if uint32(s) == 0 {
+				continue
+			}
+			d := distance(slots, i, s)
+			for k := 1; k <= d; k++ {
+				if uint32(slots[(i-k+len(slots))%len(slots)]) == 0 {
+					t.Fatalf("slot %d of %d: an empty slot %d before it, %d from its home", i, len(slots), k, d)
+				}
+			}
+			if prev := slots[(i-1+len(slots))%len(slots)]; uint32(prev) != 0 && d > 0 && distance(slots, (i-1+len(slots))%len(slots), prev) < d-1 {
+				t.Fatalf("slot %d of %d: its run is out of home order", i, len(slots))
+			}
+			if a == 0 && home(slots, uint32(s>>32)) < tb.drained {
+				t.Fatalf("old slot %d holds an entry of drained home %d (drained %d)", i, home(slots, uint32(s>>32)), tb.drained)
+			}
+		}
+	}
+}
+
+// sink keeps a benchmark's warming reads from being optimised away.
+var sink uint64
 
 // TestTableSharedFingerprint stores keys whose fingerprints are equal and
 // checks that eq, not the fingerprint, decides.
@@ -169,4 +238,29 @@ func fingerprintInverse() uint64 {
 		inv *= 2 - c*inv // Newton's iteration doubles the correct bits
 	}
 	return inv
+}
+
+// BenchmarkTableGrow inserts a million keys into an empty table, as a new
+// process's index grows: every insert of the growth drains part of a
+// resize. As the index does, it warms the slots of the next warmChunk
+// keys before inserting them.
+func BenchmarkTableGrow(b *testing.B) {
+	const n = 1 << 20
+	r := rand.New(rand.NewPCG(5, 6))
+	keys := make([]uint64, n)
+	for i := range keys {
+		keys[i] = r.Uint64()
+	}
+	for b.Loop() {
+		var tb table
+		var sum uint64
+		for lo := 0; lo < n; lo += warmChunk {
+			sum ^= tb.warm(keys[lo : lo+warmChunk])
+			for i, k := range keys[lo : lo+warmChunk] {
+				tb.insert(k, uint32(lo+i+1))
+			}
+		}
+		sink = sum
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/insert")
 }
