@@ -227,9 +227,11 @@ func TestRenderOpenAIConcurrent(t *testing.T) {
 }
 
 // TestRenderSharedMessages renders every golden request (OpenAI and
-// Anthropic) through one body parser, twice, so that from the second pass
-// on the messages come from its cache and their converted, normalized and
-// prepared forms from the derivations filed on them: each render must still match its golden, and a request
+// Anthropic) through one body parser, three times, so that from the second
+// pass on the messages come from its cache and their converted, normalized
+// and prepared forms from the derivations filed on them, and from the
+// third the render memo replays what the second recorded for them: each
+// render must still match its golden, and a request
 // that tags its final message (continue_final_message) must not leave the
 // tag on the shared message for the next request that repeats it.
 func TestRenderSharedMessages(t *testing.T) {
@@ -258,7 +260,7 @@ func TestRenderSharedMessages(t *testing.T) {
 			t.Errorf("%s/%s: mismatch\n%s", kind, c.Name, firstDiff(got, w))
 		}
 	}
-	for range 2 {
+	for range 3 {
 		for _, kind := range []string{"openai", "anthropic"} {
 			for _, c := range loadRequestCases(t, kind) {
 				render(kind, c)
@@ -267,6 +269,14 @@ func TestRenderSharedMessages(t *testing.T) {
 	}
 	if bp.Stats().Hits == 0 {
 		t.Fatal("the second pass reused no message: the test does not reach the derivations")
+	}
+	// The families whose message loops the memo takes and whose golden
+	// messages are long enough for the body parser to keep (llama3's two
+	// cases are not; TestRenderMemoMatchesRender covers it).
+	for _, family := range []string{"qwen3", "gemma3"} {
+		if cache.get(t, family).memoStats().Hits == 0 {
+			t.Errorf("%s: the third pass replayed nothing: the test does not reach the render memo", family)
+		}
 	}
 
 	// The same long messages, first with the final one continued, then

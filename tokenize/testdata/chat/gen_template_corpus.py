@@ -5,6 +5,7 @@ on a fixed set of conversations, for TestTemplateCorpus to compare against.
 
 Usage: python gen_template_corpus.py TEMPLATE_DIR OUT.json
 then:  WARMPATH_TEMPLATE_CORPUS=OUT.json go test -run TestTemplateCorpus ./tokenize/
+(`go tool task test:templates` does all of this.)
 
 A good TEMPLATE_DIR is vendor/llama.cpp/models/templates from the PyPI sdist of
 llama-cpp-python (pip download --no-deps --no-binary :all: llama-cpp-python):
