@@ -1,6 +1,7 @@
 package scoring
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -228,8 +229,12 @@ func (p prefillStream) hindsight(decided, first time.Time, own float64) (ahead f
 type workerLedger struct {
 	inflight []*assignment
 	// lastFirst is when the worker last reported a first token: the
-	// prefill work still pending started no earlier.
-	lastFirst time.Time
+	// prefill work still pending started no earlier. lastFirstTokens is
+	// the uncached prompt tokens of the requests whose first tokens came
+	// then (within firstTogether of each other): the step that finished
+	// them gave what was left of its budget to the requests behind them.
+	lastFirst       time.Time
+	lastFirstTokens float64
 	// lastScrape is the newest fresh scrape of the worker seen: ended
 	// assignments no later scrape can count are dropped against it.
 	lastScrape time.Time
@@ -242,13 +247,42 @@ type workerLedger struct {
 	meter decodeMeter
 }
 
+// firstTogether is how close first tokens must come to count as one
+// engine step's: well under any step's length.
+const firstTogether = time.Millisecond
+
 // started records a's first token at t: it decodes from now on.
 func (s *workerLedger) started(a *assignment, t time.Time) {
 	a.firstSeen, a.firstAt = true, t
-	if t.After(s.lastFirst) {
-		s.lastFirst = t
+	switch {
+	case t.Sub(s.lastFirst).Abs() <= firstTogether:
+		s.lastFirstTokens += a.uncached
+		if t.After(s.lastFirst) {
+			s.lastFirst = t
+		}
+	case t.After(s.lastFirst):
+		s.lastFirst, s.lastFirstTokens = t, a.uncached
 	}
 	a.decodeFrom = s.meter.started(a, t)
+}
+
+// carried returns the prefill tokens the step that ended at lastFirst did
+// for the requests behind the ones it finished: an engine fills a step's
+// budget with the running requests (a token per decode, the last chunk of
+// each prefill being finished) and gives the rest to the next waiting
+// ones, as vLLM's scheduler does. The finished prompts are taken to have
+// been chunked from a step's start, so their last chunk is what a step's
+// prefill share leaves of them.
+func (s *workerLedger) carried(budget, decoding float64) float64 {
+	share := budget - decoding
+	if share < 1 || s.lastFirstTokens <= 0 {
+		return 0
+	}
+	last := math.Mod(s.lastFirstTokens, share)
+	if last == 0 {
+		return 0
+	}
+	return share - last
 }
 
 // typical is what a worker's outcomes taught about its typical request,
@@ -403,12 +437,13 @@ func (s *workerLedger) load(now time.Time, r discovery.EngineLoad, fresh bool, b
 		}
 	}
 	if told && l.ahead > 0 {
+		queued := l.ahead
 		if s.lastFirst.After(streamStart) {
 			streamStart = s.lastFirst
+			queued = max(queued-s.carried(budget, l.decoding), 0)
 		}
 		done := now.Sub(streamStart).Seconds() / prefillPerToken
-		queued := l.ahead
-		l.ahead = max(l.ahead-done, min(l.ahead, budget)/4)
+		l.ahead = max(queued-done, min(l.ahead, budget)/4)
 		l.pending = prefillStream{start: streamStart, queued: queued, ahead: l.ahead}
 	}
 	if !fresh {
