@@ -202,6 +202,10 @@ func removeAt(slots []uint64, i int) {
 // resize starts moving the entries to new slots of size, and moves the
 // first drainStep homes' worth.
 func (t *table) resize(size int) {
+	if len(t.slots) == 0 { // the zero table: nothing to move
+		t.slots = make([]uint64, size)
+		return
+	}
 	t.old, t.drained = t.slots, 0
 	t.slots = make([]uint64, size)
 	t.drain()
@@ -217,10 +221,6 @@ func (t *table) resize(size int) {
 // drain, not once per entry moved.
 func (t *table) drain() {
 	old := t.old
-	if len(old) == 0 {
-		t.finishDrain(0)
-		return
-	}
 	lo := t.drained
 	span := min(drainStep, len(old)-lo) // the homes lo, …, lo+span−1
 	gap := -1                           // the first emptied slot of the run, as an offset from lo; −1 when none
