@@ -859,6 +859,47 @@ func TestUnstreamedAnswersBoundTTFT(t *testing.T) {
 	}
 }
 
+// TestPromptlessAnswersTeachNothing checks that an answer to a request
+// without a prompt (GET /v1/models through the same route: a load-only
+// decision, answered at once, its usage not reported) neither bounds the
+// worker's first token nor counts as its outcome, while a non-streamed
+// answer whose usage reports a prompt still does.
+func TestPromptlessAnswersTeachNothing(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, ttftConfig(), nil)
+	ws := pool(1)
+	before := g.r.Model("w0")
+	answer := func(o Outcome) *Decision {
+		d, err := g.r.Pick(t.Context(), &Request{Model: "m"}, ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Mode != ModeLoadOnly || d.PromptTokens != 0 {
+			t.Fatalf("a request without a prompt: mode %s, %d prompt tokens", d.Mode, d.PromptTokens)
+		}
+		g.clock.Advance(o.Duration)
+		g.r.Done(d, o)
+		return d
+	}
+	for range 20 {
+		answer(Outcome{End: EndCompleted, Duration: 2 * time.Millisecond, PromptTokens: -1, CompletionTokens: -1, CachedTokens: -1})
+	}
+	if after := g.r.Model("w0"); after != before {
+		t.Errorf("20 answers without a prompt moved the model from %+v to %+v", before, after)
+	}
+	if n := testutil.ToFloat64(g.r.m.boundedFits); n != 0 {
+		t.Errorf("%v bounded fits from answers without a prompt", n)
+	}
+	// The same answer reporting the prompt it computed is a measurement.
+	answer(Outcome{End: EndCompleted, Duration: 2 * time.Millisecond, PromptTokens: 1024, CompletionTokens: 1, CachedTokens: 0})
+	if n := testutil.ToFloat64(g.r.m.boundedFits); n != 1 {
+		t.Errorf("an answer reporting 1,024 prompt tokens: %v bounded fits, want 1", n)
+	}
+	if after := g.r.Model("w0"); after == before {
+		t.Error("an answer reporting its prompt, faster than predicted, left the model alone")
+	}
+}
+
 // testIdleWorkerRelaxes: w0 has a bad spell, measured with streamed
 // answers, and is avoided; then traffic goes on, streamed or not, and w0,
 // fast again, must be tried and win back a fair share.
