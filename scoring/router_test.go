@@ -869,7 +869,7 @@ func TestPromptlessAnswersTeachNothing(t *testing.T) {
 	g := newRig(t, PolicyWarmpath, ttftConfig(), nil)
 	ws := pool(1)
 	before := g.r.Model("w0")
-	answer := func(o Outcome) *Decision {
+	answer := func(o Outcome) {
 		d, err := g.r.Pick(t.Context(), &Request{Model: "m"}, ws)
 		if err != nil {
 			t.Fatal(err)
@@ -879,7 +879,6 @@ func TestPromptlessAnswersTeachNothing(t *testing.T) {
 		}
 		g.clock.Advance(o.Duration)
 		g.r.Done(d, o)
-		return d
 	}
 	for range 20 {
 		answer(Outcome{End: EndCompleted, Duration: 2 * time.Millisecond, PromptTokens: -1, CompletionTokens: -1, CachedTokens: -1})
@@ -889,6 +888,9 @@ func TestPromptlessAnswersTeachNothing(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(g.r.m.boundedFits); n != 0 {
 		t.Errorf("%v bounded fits from answers without a prompt", n)
+	}
+	if at := g.r.learn.worker("w0").lastOutcome; !at.IsZero() {
+		t.Errorf("an answer without a prompt counted as w0's outcome at %v", at)
 	}
 	// The same answer reporting the prompt it computed is a measurement.
 	answer(Outcome{End: EndCompleted, Duration: 2 * time.Millisecond, PromptTokens: 1024, CompletionTokens: 1, CachedTokens: 0})
