@@ -243,10 +243,13 @@ func (s *Subscribers) hasWorker(streams map[streamName]*running, worker string) 
 // stream retries an initial replay that stayed incomplete (after
 // initialBackoff, doubling) before it serves without the engine's history.
 const (
-	stallRounds     = 3
-	maxRounds       = 1000
-	initialAttempts = 4
-	initialBackoff  = time.Second
+	stallRounds = 3
+	maxRounds   = 1000
+	// maxChainedReplays bounds the replays one gap starts when batches
+	// keep being dropped while they run (replayFrom).
+	maxChainedReplays = 8
+	initialAttempts   = 4
+	initialBackoff    = time.Second
 	// DefaultResyncEvery is how often a stream whose replays stayed
 	// incomplete replays the engine's whole buffer again.
 	DefaultResyncEvery = 30 * time.Second
@@ -408,7 +411,18 @@ func (st *stream) live(ctx context.Context, m Message) {
 // deduplicated by seq. It reports whether the replay was complete; an
 // initial replay that was not is left reset for the caller to retry, any
 // other clears the stream and goes on from the live messages.
+//
+// A live message dropped while a complete replay ran leaves a hole among
+// the live ones after it; the engine's buffer still holds it, so the
+// replay asks again from there, up to maxChainedReplays times in a row.
+// It once cleared the worker's entries instead: on a loaded machine, where
+// a replay takes long enough for another drop, the index lost what the
+// engine held and never learnt it again.
 func (st *stream) replayFrom(ctx context.Context, start uint64, pre ...Message) (complete bool) {
+	return st.replayChained(ctx, start, 0, pre)
+}
+
+func (st *stream) replayChained(ctx context.Context, start uint64, chained int, pre []Message) (complete bool) {
 	initial := !st.anchored
 	buffered := pre
 	held := make(map[uint64]Message)
@@ -498,12 +512,23 @@ func (st *stream) replayFrom(ctx context.Context, start uint64, pre ...Message) 
 	}
 	rest := slices.Collect(maps.Values(held))
 	slices.SortFunc(rest, func(a, b Message) int { return cmp.Compare(a.Seq, b.Seq) })
-	for _, m := range append(rest, buffered...) {
+	pending := append(rest, buffered...)
+	for i, m := range pending {
 		switch {
 		case !st.anchored || m.Seq == st.next:
 			st.apply(m)
 		case m.Seq < st.next:
 			// Duplicate of a replayed batch.
+		case complete && chained < maxChainedReplays:
+			// Dropped while the replay ran: ask the engine again.
+			st.s.m.gaps.Inc()
+			st.s.update(st.spec.src, func(ss *StreamStatus) { ss.Gaps++ })
+			ok := st.replayChained(ctx, st.next, chained+1, pending[i:])
+			if ok && st.dups {
+				// Live duplicates of this replay's batches may still come.
+				st.dupFrom = min(st.dupFrom, dupFrom)
+			}
+			return ok
 		default:
 			// Still a hole after the replay: what is missing is lost.
 			st.s.m.gaps.Inc()
