@@ -225,7 +225,7 @@ func (e *fakeEngine) step(prompt []uint32, evict int, drop bool) {
 	}
 	e.mu.Unlock()
 	if !drop {
-		if err := e.pub.SendMessage([][]byte{[]byte(e.topic), seq8(m.Seq), payload}); err != nil {
+		if err := publish(e.pub, []byte(e.topic), seq8(m.Seq), payload); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -597,6 +597,30 @@ func indexStatusOf(ix *kvindex.Index, src kvindex.Source) kvindex.StreamStatus {
 	return kvindex.StreamStatus{}
 }
 
+// publish sends frames as one message on a PUB socket, sending a frame
+// again when its send fails. libzmq fails a send when a signal interrupts
+// it, and Go preempts threads with signals: the fake engine's send failed
+// once in about 250 runs of TestLiveSubscriberConverges on a loaded
+// machine, and with it the test.
+func publish(pub *goczmq.Sock, frames ...[]byte) error {
+	var err error
+	for i, f := range frames {
+		flag := goczmq.FlagMore
+		if i == len(frames)-1 {
+			flag = goczmq.FlagNone
+		}
+		for range 5 {
+			if err = pub.SendFrame(f, flag); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // waitFor polls cond until it holds or a generous deadline passes. The
 // deadline only bounds a hung test; no timing is asserted.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -699,7 +723,7 @@ func TestLiveDataParallelRanks(t *testing.T) {
 		payload := batch(1, func(e *enc) {
 			e.storedArray(stored{hashes: []uint64{11, 12, 13, 14, 15, 16}[:blocks], tokens: prompt[:blocks*testBlock], blockSize: testBlock, medium: "GPU"})
 		})
-		if err := pub.SendMessage([][]byte{nil, seq8(seq), payload}); err != nil {
+		if err := publish(pub, nil, seq8(seq), payload); err != nil {
 			t.Fatal(err)
 		}
 	}
