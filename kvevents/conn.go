@@ -147,6 +147,17 @@ type conn struct {
 	// doubt is set when the last receive found nothing the check had
 	// promised: the next wait starts with the descriptor's signal.
 	doubt bool
+	// badFrames counts the messages a replay round dropped as malformed
+	// or cut short, for the caller to count (takeBadFrames).
+	badFrames int
+}
+
+// takeBadFrames returns the messages replay rounds dropped since the last
+// call.
+func (c *conn) takeBadFrames() int {
+	n := c.badFrames
+	c.badFrames = 0
+	return n
 }
 
 // errNothingThere is next's answer when the events check said a message
@@ -260,6 +271,29 @@ func (c *conn) next() (m Message, ok bool, err error) {
 	return m, err == nil, err
 }
 
+// sendMessage sends frames as one message, sending a frame again when its
+// send fails: libzmq fails a send that a signal interrupts (EINTR), and Go
+// preempts threads with signals. A replay request lost that way failed its
+// replay, and a failed replay clears the worker's entries.
+func sendMessage(s *goczmq.Sock, frames ...[]byte) error {
+	var err error
+	for i, f := range frames {
+		flag := goczmq.FlagMore
+		if i == len(frames)-1 {
+			flag = goczmq.FlagNone
+		}
+		for range 5 {
+			if err = s.SendFrame(f, flag); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // replayRcvHWM is the replay DEALER's receive high-water mark. The
 // engine's ROUTER drops what does not fit the pipe to a peer (vLLM sets no
 // ROUTER_MANDATORY and sends its whole ring in one loop), so the receiving
@@ -273,7 +307,11 @@ const replayRcvHWM = 1 << 20
 // arrives; ended false with a nil error when data came but then stopped for
 // quiet without a marker (the marker, too, can be dropped); and
 // ErrReplayTimeout when nothing at all came for timeout. Each round uses a
-// new DEALER, so nothing a previous round left in flight arrives in it.
+// new DEALER, so nothing a previous round left in flight arrives in it. A
+// message cut short by an interrupted receive, or malformed, is dropped
+// and counted (takeBadFrames): a live one comes back through its seq's
+// gap, a replayed one through the next round; it once failed the whole
+// replay, and with it the worker's entries.
 func (c *conn) replayRound(ctx context.Context, start uint64, timeout, quiet time.Duration, onReplay, onLive func(Message)) (ended bool, err error) {
 	dealer := goczmq.NewSock(goczmq.Dealer)
 	defer dealer.Destroy()
@@ -289,10 +327,7 @@ func (c *conn) replayRound(ctx context.Context, start uint64, timeout, quiet tim
 	defer poller.Destroy()
 	var seq [8]byte
 	binary.BigEndian.PutUint64(seq[:], start)
-	if err := dealer.SendFrame(nil, goczmq.FlagMore); err != nil {
-		return false, fmt.Errorf("replay request: %w", err)
-	}
-	if err := dealer.SendFrame(seq[:], goczmq.FlagNone); err != nil {
+	if err := sendMessage(dealer, nil, seq[:]); err != nil {
 		return false, fmt.Errorf("replay request: %w", err)
 	}
 	deadline := time.Now().Add(timeout)
@@ -308,22 +343,26 @@ func (c *conn) replayRound(ctx context.Context, start uint64, timeout, quiet tim
 		case nil:
 		case c.sub:
 			frames, err := c.sub.RecvMessage()
-			if err != nil {
-				return false, fmt.Errorf("receive: %w", err)
+			if err != nil && len(frames) == 0 {
+				continue // interrupted before a frame: the message is still there
 			}
-			m, err := parseLive(frames)
-			if err != nil {
-				return false, err
+			m, perr := parseLive(frames)
+			if err != nil || perr != nil {
+				// Cut short or malformed, as next reads it: lost, and the
+				// gap in seqs brings it back.
+				c.badFrames++
+				continue
 			}
 			onLive(m)
 		case dealer:
 			frames, err := dealer.RecvMessage()
-			if err != nil {
-				return false, fmt.Errorf("replay receive: %w", err)
+			if err != nil && len(frames) == 0 {
+				continue
 			}
-			m, end, err := parseReplay(frames)
-			if err != nil {
-				return false, err
+			m, end, perr := parseReplay(frames)
+			if err != nil || perr != nil {
+				c.badFrames++ // a hole the next round asks again
+				continue
 			}
 			if end {
 				return true, nil

@@ -114,7 +114,7 @@ func pubSub(t *testing.T, wait time.Duration) (*goczmq.Sock, *conn) {
 	t.Cleanup(c.close)
 	c.wait = 10 * time.Millisecond
 	for ok := false; !ok; {
-		if err := publish(pub, []byte("kv"), seq8(endSeq), []byte{0x90}); err != nil {
+		if err := sendMessage(pub, []byte("kv"), seq8(endSeq), []byte{0x90}); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok, err = nextOf(c); err != nil {
@@ -167,7 +167,7 @@ func TestConnSurvivesAWrongCheck(t *testing.T) {
 	if empty == 0 || empty == 5 {
 		t.Fatalf("%d of 5 receives came back empty, want some but not all", empty)
 	}
-	if err := publish(pub, []byte("kv"), seq8(7), []byte{0x90}); err != nil {
+	if err := sendMessage(pub, []byte("kv"), seq8(7), []byte{0x90}); err != nil {
 		t.Fatal(err)
 	}
 	for {
@@ -196,7 +196,7 @@ func TestConnMissesNoSignal(t *testing.T) {
 		rng := rand.New(rand.NewPCG(3, 4))
 		for s := uint64(0); s < n; {
 			for b := rng.IntN(64) + 1; b > 0 && s < n; b-- {
-				if err := publish(pub, []byte("kv"), seq8(s), []byte{0x90}); err != nil {
+				if err := sendMessage(pub, []byte("kv"), seq8(s), []byte{0x90}); err != nil {
 					sent <- err
 					return
 				}

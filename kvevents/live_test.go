@@ -225,7 +225,7 @@ func (e *fakeEngine) step(prompt []uint32, evict int, drop bool) {
 	}
 	e.mu.Unlock()
 	if !drop {
-		if err := publish(e.pub, []byte(e.topic), seq8(m.Seq), payload); err != nil {
+		if err := sendMessage(e.pub, []byte(e.topic), seq8(m.Seq), payload); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -370,70 +370,102 @@ func TestLiveSubscriberConverges(t *testing.T) {
 	}
 }
 
-// TestLiveDropDuringReplay: a batch is dropped and the next one starts a
-// replay; while the engine answers it, another batch is dropped and the
-// one after it sent live. The live messages that came during the replay
-// then have a hole the engine's ring still holds, and the stream must
-// replay again rather than clear the worker's entries, which it did: on a
-// loaded machine a replay lasts long enough for another drop, and
-// TestLiveSubscriberConverges failed about once in thirty runs, the index
-// empty where the engine held every block.
-func TestLiveDropDuringReplay(t *testing.T) {
+// TestLiveDuringReplay: a batch is dropped and the next one starts a
+// replay; while the engine answers it, live messages go on. Whatever they
+// bring, the stream must end with the index equal to the engine's cache
+// and none of the worker's entries cleared:
+//   - another batch dropped: the live messages that came during the replay
+//     have a hole the engine's ring still holds, and the stream must
+//     replay again. It cleared the entries instead: on a loaded machine a
+//     replay lasts long enough for another drop, and
+//     TestLiveSubscriberConverges failed about once in thirty runs, the
+//     index empty where the engine held every block.
+//   - a malformed message (two frames): it is counted and dropped. It
+//     failed the replay, which cleared the entries too.
+func TestLiveDuringReplay(t *testing.T) {
 	t.Parallel()
-	eng := newFakeEngine(t, "", true, true, 1000)
-	reg := prometheus.NewPedanticRegistry()
-	ix, err := kvindex.New(kvindex.DefaultConfig(), component.Options{Logger: failureLog(t), Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name string
+		// during publishes seqs 6 and 7 while the replay is answered.
+		during        func(e *fakeEngine, prompts [][]uint32)
+		gaps, replays uint64
+		decodeErrors  float64
+	}{
+		{name: "a batch dropped", during: func(e *fakeEngine, prompts [][]uint32) {
+			e.step(prompts[6], 0, true) // seq 6, dropped
+			e.step(prompts[7], 0, false)
+		}, gaps: 2, replays: 3},
+		{name: "a malformed message", during: func(e *fakeEngine, prompts [][]uint32) {
+			if err := sendMessage(e.pub, []byte(e.topic), seq8(6)); err != nil {
+				e.t.Error(err)
+			}
+			e.step(prompts[6], 0, false)
+			e.step(prompts[7], 0, false)
+		}, gaps: 1, replays: 2, decodeErrors: 1},
 	}
-	subs := newSubscribers(t, ix, Config{ReplayTimeout: time.Minute}, component.Options{})
-	go func() { _ = subs.Run(t.Context()) }()
-	subs.Update([]discovery.Worker{{Name: "w0", Models: []string{"qwen3"}, KVEvents: eng.pubEP, KVReplay: eng.routerEP}})
-	src := kvindex.Source{Worker: "w0", Model: "qwen3"}
-	waitFor(t, "caught up", func() bool { return subs.CaughtUp("w0") })
-	prompts := workload(rand.New(rand.NewPCG(3, 4)), 8)
-	// Until the SUB is surely connected, live batches may be lost before
-	// it is; each is also in the ring, so a replay would find it.
-	eng.step(prompts[0], 0, false)
-	for statusOf(subs, src).LastSeq == nil {
-		time.Sleep(10 * time.Millisecond) // pacing the probe, not an assertion
-	}
-	for _, p := range prompts[1:4] {
-		eng.step(p, 0, false)
-	}
-	waitFor(t, "seq 3 applied", func() bool { return statusOf(subs, src).at(3) })
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			eng := newFakeEngine(t, "", true, true, 1000)
+			reg := prometheus.NewPedanticRegistry()
+			ix, err := kvindex.New(kvindex.DefaultConfig(), component.Options{Logger: failureLog(t), Registerer: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			subs := newSubscribers(t, ix, Config{ReplayTimeout: time.Minute}, component.Options{})
+			go func() { _ = subs.Run(t.Context()) }()
+			subs.Update([]discovery.Worker{{Name: "w0", Models: []string{"qwen3"}, KVEvents: eng.pubEP, KVReplay: eng.routerEP}})
+			src := kvindex.Source{Worker: "w0", Model: "qwen3"}
+			waitFor(t, "caught up", func() bool { return subs.CaughtUp("w0") })
+			prompts := workload(rand.New(rand.NewPCG(3, 4)), 8)
+			// Until the SUB is surely connected, live batches may be lost
+			// before it is; each is also in the ring, so a replay would
+			// find it.
+			eng.step(prompts[0], 0, false)
+			for statusOf(subs, src).LastSeq == nil {
+				time.Sleep(10 * time.Millisecond) // pacing the probe, not an assertion
+			}
+			for _, p := range prompts[1:4] {
+				eng.step(p, 0, false)
+			}
+			waitFor(t, "seq 3 applied", func() bool { return statusOf(subs, src).at(3) })
 
-	answered := make(chan struct{})
-	eng.mu.Lock()
-	eng.duringReplay = func() {
-		defer close(answered)
-		eng.step(prompts[6], 0, true)  // seq 6, dropped while the replay runs
-		eng.step(prompts[7], 0, false) // seq 7, live, past the hole
-		// Let seq 7 reach the subscriber before the answer ends its round:
-		// pacing, not an assertion.
-		time.Sleep(100 * time.Millisecond)
-	}
-	eng.mu.Unlock()
-	eng.step(prompts[4], 0, true)  // seq 4, dropped
-	eng.step(prompts[5], 0, false) // seq 5, live: a gap, and a replay from 4
-	<-answered
-	waitFor(t, "seq 7 applied", func() bool { return statusOf(subs, src).at(7) })
+			answered := make(chan struct{})
+			eng.mu.Lock()
+			eng.duringReplay = func() {
+				defer close(answered)
+				tc.during(eng, prompts)
+				// Let what it sent reach the subscriber before the answer
+				// ends the replay's round: pacing, not an assertion.
+				time.Sleep(100 * time.Millisecond)
+			}
+			eng.mu.Unlock()
+			eng.step(prompts[4], 0, true)  // seq 4, dropped
+			eng.step(prompts[5], 0, false) // seq 5, live: a gap, and a replay from 4
+			<-answered
+			waitFor(t, "seq 7 applied", func() bool { return statusOf(subs, src).at(7) })
 
-	key := kvindex.ChainKey{Model: "qwen3"}
-	for i, p := range prompts {
-		if got, _ := cachedOn(ix.Lookup(key, p, testBlock), "w0"); got != eng.truth(p) {
-			t.Errorf("prompt %d: index says %d cached, engine holds %d", i, got, eng.truth(p))
-		}
+			key := kvindex.ChainKey{Model: "qwen3"}
+			for i, p := range prompts {
+				if got, _ := cachedOn(ix.Lookup(key, p, testBlock), "w0"); got != eng.truth(p) {
+					t.Errorf("prompt %d: index says %d cached, engine holds %d", i, got, eng.truth(p))
+				}
+			}
+			if r := indexStatusOf(ix, src).Resets; r != 0 {
+				t.Errorf("%d resets (gap_after_replay %v, replay_failed %v), want none", r,
+					counterValue(t, reg, "warmpath_kvindex_resets_total", "gap_after_replay"),
+					counterValue(t, reg, "warmpath_kvindex_resets_total", "replay_failed"))
+			}
+			if st := statusOf(subs, src); st.Gaps != tc.gaps || st.Replays != tc.replays {
+				t.Errorf("%d gaps and %d replays, want %d and %d", st.Gaps, st.Replays, tc.gaps, tc.replays)
+			}
+			if n := testutil.ToFloat64(subs.m.decodeErrors); n != tc.decodeErrors {
+				t.Errorf("%v decode errors, want %v", n, tc.decodeErrors)
+			}
+			subs.Update(nil)
+			waitFor(t, "worker removed", func() bool { return len(ix.Streams()) == 0 && len(subs.Streams()) == 0 })
+		})
 	}
-	st := statusOf(subs, src)
-	if r := indexStatusOf(ix, src).Resets; r != 0 {
-		t.Errorf("%d resets (gap_after_replay: %v), want none", r, counterValue(t, reg, "warmpath_kvindex_resets_total", "gap_after_replay"))
-	}
-	if st.Gaps < 2 || st.Replays < 3 {
-		t.Errorf("%d gaps and %d replays, want the gap at 4, the one at 6 and a replay for each besides the first", st.Gaps, st.Replays)
-	}
-	subs.Update(nil)
-	waitFor(t, "worker removed", func() bool { return len(ix.Streams()) == 0 && len(subs.Streams()) == 0 })
 }
 
 // TestLiveReplayLargerThanThePipe starts a subscriber against an engine
@@ -597,30 +629,6 @@ func indexStatusOf(ix *kvindex.Index, src kvindex.Source) kvindex.StreamStatus {
 	return kvindex.StreamStatus{}
 }
 
-// publish sends frames as one message on a PUB socket, sending a frame
-// again when its send fails. libzmq fails a send when a signal interrupts
-// it, and Go preempts threads with signals: the fake engine's send failed
-// once in about 250 runs of TestLiveSubscriberConverges on a loaded
-// machine, and with it the test.
-func publish(pub *goczmq.Sock, frames ...[]byte) error {
-	var err error
-	for i, f := range frames {
-		flag := goczmq.FlagMore
-		if i == len(frames)-1 {
-			flag = goczmq.FlagNone
-		}
-		for range 5 {
-			if err = pub.SendFrame(f, flag); err == nil {
-				break
-			}
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // waitFor polls cond until it holds or a generous deadline passes. The
 // deadline only bounds a hung test; no timing is asserted.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -723,7 +731,7 @@ func TestLiveDataParallelRanks(t *testing.T) {
 		payload := batch(1, func(e *enc) {
 			e.storedArray(stored{hashes: []uint64{11, 12, 13, 14, 15, 16}[:blocks], tokens: prompt[:blocks*testBlock], blockSize: testBlock, medium: "GPU"})
 		})
-		if err := publish(pub, nil, seq8(seq), payload); err != nil {
+		if err := sendMessage(pub, nil, seq8(seq), payload); err != nil {
 			t.Fatal(err)
 		}
 	}

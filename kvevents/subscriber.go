@@ -465,6 +465,7 @@ func (st *stream) replayChained(ctx context.Context, start uint64, chained int, 
 			}
 			buffered = append(buffered, m)
 		})
+		st.s.m.decodeErrors.Add(float64(st.c.takeBadFrames()))
 		if err != nil {
 			break
 		}
