@@ -223,16 +223,18 @@ func (l *learner) teach(st *workerModel, ls Lesson, now time.Time, eng engineTTF
 }
 
 // learnsUnstreamed reports whether an outcome is a non-streamed answer
-// that completed: no first token is seen, only the end. It must have had
-// a prompt, known at the decision or reported in the answer's usage: a
-// request without one (GET /v1/models, a health probe routed like any
-// other) never entered an engine step, and its answer in a millisecond or
-// two, fitted as a bound on a first token, once taught the worker's model
-// that a step costs next to nothing (the routing harness's probe, on the
-// first worker of every scenario).
+// that completed: no first token is seen, only the end. The answer must
+// have gone through an engine step: its request had a prompt, known at the
+// decision or reported in the answer's usage, and the engine did not
+// refuse it (a 4xx status: a prompt over the context length, a bad
+// parameter, a rate limit). A request without a prompt (GET /v1/models, a
+// health probe routed like any other) or a refused one is answered in a
+// millisecond or two, and fitted as a bound on a first token it once
+// taught the worker's model that a step costs next to nothing (the routing
+// harness's probe, on the first worker of every scenario).
 func learnsUnstreamed(a *assignment, o Outcome) bool {
 	return !a.stream && o.End == EndCompleted && o.TTFT == 0 && o.Duration > 0 && o.Duration <= maxTTFT &&
-		(a.prompt > 0 || o.PromptTokens > 0)
+		(a.prompt > 0 || o.PromptTokens > 0) && o.HTTPStatus < 400
 }
 
 // learnUnstreamed takes what a non-streamed answer can say. Its worker

@@ -859,46 +859,64 @@ func TestUnstreamedAnswersBoundTTFT(t *testing.T) {
 	}
 }
 
-// TestPromptlessAnswersTeachNothing checks that an answer to a request
-// without a prompt (GET /v1/models through the same route: a load-only
-// decision, answered at once, its usage not reported) neither bounds the
-// worker's first token nor counts as its outcome, while a non-streamed
-// answer whose usage reports a prompt still does.
-func TestPromptlessAnswersTeachNothing(t *testing.T) {
+// TestStepLessAnswersTeachNothing checks that a non-streamed answer that
+// went through no engine step neither bounds the worker's first token nor
+// counts as its outcome: one to a request without a prompt (GET /v1/models
+// through the same route: a load-only decision, answered at once, its
+// usage not reported) and one the engine refused (400: the prompt over the
+// context length). An answer whose usage reports a prompt, with a 200,
+// still does.
+func TestStepLessAnswersTeachNothing(t *testing.T) {
 	t.Parallel()
-	g := newRig(t, PolicyWarmpath, ttftConfig(), nil)
-	ws := pool(1)
-	before := g.r.Model("w0")
-	answer := func(o Outcome) {
-		d, err := g.r.Pick(t.Context(), &Request{Model: "m"}, ws)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Mode != ModeLoadOnly || d.PromptTokens != 0 {
-			t.Fatalf("a request without a prompt: mode %s, %d prompt tokens", d.Mode, d.PromptTokens)
-		}
-		g.clock.Advance(o.Duration)
-		g.r.Done(d, o)
+	refused := func(o Outcome) Outcome {
+		o.HTTPStatus = 400
+		return o
 	}
-	for range 20 {
-		answer(Outcome{End: EndCompleted, Duration: 2 * time.Millisecond, PromptTokens: -1, CompletionTokens: -1, CachedTokens: -1})
+	tests := []struct {
+		name   string
+		req    *Request
+		answer func(Outcome) Outcome
+	}{
+		{name: "no prompt", req: &Request{Model: "m"}, answer: func(o Outcome) Outcome { return o }},
+		{name: "refused", req: &Request{Model: "m", TokenIDs: prompt(7, 0, 1024)}, answer: refused},
 	}
-	if after := g.r.Model("w0"); after != before {
-		t.Errorf("20 answers without a prompt moved the model from %+v to %+v", before, after)
-	}
-	if n := testutil.ToFloat64(g.r.m.boundedFits); n != 0 {
-		t.Errorf("%v bounded fits from answers without a prompt", n)
-	}
-	if at := g.r.learn.worker("w0").lastOutcome; !at.IsZero() {
-		t.Errorf("an answer without a prompt counted as w0's outcome at %v", at)
-	}
-	// The same answer reporting the prompt it computed is a measurement.
-	answer(Outcome{End: EndCompleted, Duration: 2 * time.Millisecond, PromptTokens: 1024, CompletionTokens: 1, CachedTokens: 0})
-	if n := testutil.ToFloat64(g.r.m.boundedFits); n != 1 {
-		t.Errorf("an answer reporting 1,024 prompt tokens: %v bounded fits, want 1", n)
-	}
-	if after := g.r.Model("w0"); after == before {
-		t.Error("an answer reporting its prompt, faster than predicted, left the model alone")
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			g := newRig(t, PolicyWarmpath, ttftConfig(), nil)
+			ws := pool(1)
+			before := g.r.Model("w0")
+			serve := func(req *Request, o Outcome) {
+				d, err := g.r.Pick(t.Context(), req, ws)
+				if err != nil {
+					t.Fatal(err)
+				}
+				g.clock.Advance(o.Duration)
+				g.r.Done(d, o)
+			}
+			for range 20 {
+				serve(tc.req, tc.answer(Outcome{End: EndCompleted, HTTPStatus: 200, Duration: 2 * time.Millisecond,
+					PromptTokens: -1, CompletionTokens: -1, CachedTokens: -1}))
+			}
+			if after := g.r.Model("w0"); after != before {
+				t.Errorf("20 answers through no engine step moved the model from %+v to %+v", before, after)
+			}
+			if n := testutil.ToFloat64(g.r.m.boundedFits); n != 0 {
+				t.Errorf("%v bounded fits from answers through no engine step", n)
+			}
+			if at := g.r.learn.worker("w0").lastOutcome; !at.IsZero() {
+				t.Errorf("an answer through no engine step counted as w0's outcome at %v", at)
+			}
+			// An answer reporting the prompt it computed is a measurement.
+			serve(&Request{Model: "m"}, Outcome{End: EndCompleted, HTTPStatus: 200, Duration: 2 * time.Millisecond,
+				PromptTokens: 1024, CompletionTokens: 1, CachedTokens: 0})
+			if n := testutil.ToFloat64(g.r.m.boundedFits); n != 1 {
+				t.Errorf("an answer reporting 1,024 prompt tokens: %v bounded fits, want 1", n)
+			}
+			if after := g.r.Model("w0"); after == before {
+				t.Error("an answer reporting its prompt, faster than predicted, left the model alone")
+			}
+		})
 	}
 }
 
@@ -986,12 +1004,12 @@ func inFlight(r *Router) int {
 // blocks, with no KV-event batch arriving from it, is flagged after
 // silenceAfter of them (gauge, one warning, decisions marked), and that
 // one batch clears the flag; a worker without a stream is never flagged,
-// nor one whose answers were fully cached.
+// nor one whose answers were fully cached or refused.
 func TestSilentKVEvents(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
 	ws := pool(1)
-	serve := func(n int, cached int) *Decision {
+	answer := func(n int, o Outcome) *Decision {
 		var last *Decision
 		for i := range n {
 			ids := prompt(100+i, 0, 256)
@@ -999,11 +1017,14 @@ func TestSilentKVEvents(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			g.r.Done(d, Outcome{End: EndCompleted, TTFT: 20 * time.Millisecond, Duration: 30 * time.Millisecond,
-				PromptTokens: 256, CompletionTokens: 4, CachedTokens: cached})
+			g.r.Done(d, o)
 			last = d
 		}
 		return last
+	}
+	serve := func(n int, cached int) *Decision {
+		return answer(n, Outcome{End: EndCompleted, HTTPStatus: 200, TTFT: 20 * time.Millisecond, Duration: 30 * time.Millisecond,
+			PromptTokens: 256, CompletionTokens: 4, CachedTokens: cached})
 	}
 	gauge := func() float64 { return testutil.ToFloat64(g.r.m.kvSilent.WithLabelValues("w0")) }
 
@@ -1015,6 +1036,12 @@ func TestSilentKVEvents(t *testing.T) {
 	serve(3*silenceAfter, 256) // every answer fully cached: nothing new stored
 	if len(g.r.KVSilent()) != 0 {
 		t.Fatal("flagged on answers that stored no block")
+	}
+	// Refused (the prompt over the context length): nothing was stored.
+	answer(3*silenceAfter, Outcome{End: EndCompleted, HTTPStatus: 400, Duration: time.Millisecond,
+		PromptTokens: -1, CompletionTokens: -1, CachedTokens: -1})
+	if len(g.r.KVSilent()) != 0 {
+		t.Fatal("flagged on refused requests")
 	}
 	serve(silenceAfter-1, 0)
 	if len(g.r.KVSilent()) != 0 {
