@@ -38,6 +38,7 @@ type body struct {
 	Stream              bool
 	MaxTokens           *int
 	MaxCompletionTokens *int
+	N                   *int
 	CacheSalt           string
 	Tools               rawRef
 	System              rawRef
@@ -74,6 +75,7 @@ func routingFields(pb *tokenize.Body) (body, error) {
 	b.Stream, _, err = pb.Bool("stream")
 	errs = append(errs, err)
 	b.MaxTokens, b.MaxCompletionTokens = integer("max_tokens"), integer("max_completion_tokens")
+	b.N = integer("n")
 	b.CacheSalt, _ = str("cache_salt")
 	for _, err := range errs {
 		if err != nil {
@@ -177,6 +179,14 @@ func fill(r *scoring.Request, b *body, defaultModel string) error {
 	}
 	if r.MaxTokens < 0 {
 		return badf("max_tokens must not be negative")
+	}
+	// n: how many completions the engine generates (OpenAI's chat and
+	// completions APIs; Anthropic's has none). vLLM refuses one below 1.
+	if b.N != nil && (r.API == scoring.APIChat || r.API == scoring.APICompletions) {
+		if *b.N < 1 {
+			return badf("n must be at least 1")
+		}
+		r.Choices = *b.N
 	}
 	switch r.API {
 	case scoring.APIChat, scoring.APIMessages:

@@ -58,6 +58,12 @@ func TestParseBody(t *testing.T) {
 		{"messages not array", scoring.APIChat, `{"model":"m","messages":"hi"}`, "", scoring.Request{}, true},
 		{"anthropic", scoring.APIMessages, `{"model":"m","max_tokens":5,"messages":[],"stream":true}`, "", scoring.Request{Model: "m", MaxTokens: 5, Stream: true}, false},
 		{"negative max_tokens", scoring.APIChat, `{"model":"m","max_tokens":-5,"messages":[]}`, "", scoring.Request{}, true},
+		{"choices", scoring.APIChat, `{"model":"m","n":4,"messages":[]}`, "", scoring.Request{Model: "m", Choices: 4}, false},
+		{"choices, completions", scoring.APICompletions, `{"model":"m","n":2,"prompt":"abc"}`, "", scoring.Request{Model: "m", Choices: 2}, false},
+		{"choices null", scoring.APIChat, `{"model":"m","n":null,"messages":[]}`, "", scoring.Request{Model: "m"}, false},
+		{"no choices", scoring.APIChat, `{"model":"m","n":0,"messages":[]}`, "", scoring.Request{}, true},
+		{"choices not a number", scoring.APIChat, `{"model":"m","n":"2","messages":[]}`, "", scoring.Request{}, true},
+		{"anthropic has no n", scoring.APIMessages, `{"model":"m","max_tokens":5,"n":3,"messages":[]}`, "", scoring.Request{Model: "m", MaxTokens: 5}, false},
 		{"trailing garbage", scoring.APIChat, `{"model":"m","messages":[]} x`, "", scoring.Request{}, true},
 		{"array body", scoring.APIChat, `[1]`, "", scoring.Request{}, true},
 	}
@@ -77,7 +83,7 @@ func TestParseBody(t *testing.T) {
 				t.Fatal(err)
 			}
 			if r.Model != tc.want.Model || r.Stream != tc.want.Stream || r.MaxTokens != tc.want.MaxTokens ||
-				r.CacheSalt != tc.want.CacheSalt || !slices.Equal(r.TokenIDs, tc.want.TokenIDs) {
+				r.Choices != tc.want.Choices || r.CacheSalt != tc.want.CacheSalt || !slices.Equal(r.TokenIDs, tc.want.TokenIDs) {
 				t.Fatalf("got %+v, want %+v", r, tc.want)
 			}
 		})

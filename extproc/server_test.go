@@ -26,7 +26,7 @@ const (
 	streamed   = filterv3.ProcessingMode_STREAMED
 )
 
-const chatBody = `{"model":"qwen3","stream":true,"stream_options":{"include_usage":true},"max_tokens":16,"cache_salt":"s1","messages":[{"role":"user","content":"hello"}]}`
+const chatBody = `{"model":"qwen3","stream":true,"stream_options":{"include_usage":true},"max_tokens":16,"n":2,"cache_salt":"s1","messages":[{"role":"user","content":"hello"}]}`
 
 // checkRouted asserts the reply routes to addr: overwriting header,
 // clear_route_cache and envoy.lb metadata.

@@ -270,6 +270,9 @@ func (rt *requestTrace) decided(r *scoring.Request, input []byte, d *scoring.Dec
 			if r.MaxTokens > 0 {
 				c.SetAttributes(telemetry.GenAIRequestMaxTokens.Int(r.MaxTokens))
 			}
+			if r.Choices > 1 {
+				c.SetAttributes(telemetry.GenAIRequestChoiceCount.Int(r.Choices))
+			}
 			if r.Stream {
 				c.SetAttributes(telemetry.GenAIRequestStream.Bool(true))
 			}

@@ -292,7 +292,7 @@ func TestSpansForStreamedChat(t *testing.T) {
 	})
 	checkAttrs(t, client, map[attribute.Key]string{
 		"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "qwen3",
-		"server.address": "10.0.0.1", "server.port": "8000", "gen_ai.request.max_tokens": "16", "gen_ai.request.stream": "true",
+		"server.address": "10.0.0.1", "server.port": "8000", "gen_ai.request.max_tokens": "16", "gen_ai.request.choice.count": "2", "gen_ai.request.stream": "true",
 		"warmpath.predicted.cached_tokens": "608", "warmpath.predicted.queue_wait": "0.04",
 		"warmpath.predicted.prefill": "0.01", "warmpath.predicted.ttft": "0.055",
 		"warmpath.predicted.tpot": "0.02", "warmpath.predicted.e2e": "0.235", "warmpath.predicted.slowdown": "0.03",

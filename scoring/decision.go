@@ -51,6 +51,9 @@ type Request struct {
 	LoRA string
 	// MaxTokens is max_tokens / max_completion_tokens, 0 when absent.
 	MaxTokens int
+	// Choices is the n field: how many completions the engine generates
+	// for the request, each up to MaxTokens; 0 when absent (one).
+	Choices int
 	// Stream reports whether the client asked for a streamed response.
 	Stream bool
 	// Tenant is the trusted tenant identity, empty when unknown.

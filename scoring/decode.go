@@ -69,8 +69,9 @@ func (m *decodeMeter) advance(t time.Time) {
 // from now on. It returns the reading its decode window starts from.
 func (m *decodeMeter) started(a *assignment, t time.Time) meterReading {
 	m.advance(t)
-	m.seqs++
-	m.ctx += float64(a.prompt)
+	n := float64(a.sequences())
+	m.seqs += n
+	m.ctx += n * float64(a.prompt)
 	m.sum.prefilled += a.uncached
 	return m.reading()
 }
@@ -86,8 +87,9 @@ func (m *decodeMeter) reading() meterReading {
 func (m *decodeMeter) ended(a *assignment, t time.Time) meterReading {
 	m.advance(t)
 	if a.firstSeen {
-		m.seqs = max(m.seqs-1, 0)
-		m.ctx = max(m.ctx-float64(a.prompt), 0)
+		n := float64(a.sequences())
+		m.seqs = max(m.seqs-n, 0)
+		m.ctx = max(m.ctx-n*float64(a.prompt), 0)
 	} else {
 		m.sum.prefilled += a.uncached
 	}
@@ -161,8 +163,9 @@ type decodeLoad struct {
 	// besides; budget its token budget per step.
 	rate, budget float64
 	// prompt and uncached are the request's prompt and prefill tokens, out
-	// its expected output tokens.
-	prompt, uncached, out float64
+	// its expected output tokens per sequence, seqs its sequences (its
+	// choices, n; 0 is one).
+	prompt, uncached, out, seqs float64
 }
 
 // predictDecode returns the request's predicted time per output token on
@@ -175,8 +178,8 @@ type decodeLoad struct {
 // decoded: TPOT = step / (1 − share), never more than a step that also
 // prefills a full chunk, which is what every step is once prefill arrives
 // faster than the worker computes it (share ≥ 1). The others decoding now
-// wait for the request's prefill; the batch − 1 it decodes with wait, in
-// every one of its decode steps, for its sequence.
+// wait for the request's prefill; the rest of the batch it decodes with
+// wait, in every one of its decode steps, for its sequences.
 func predictDecode(m StepModel, l decodeLoad) (tpot, slowdown float64) {
 	step := m.StepOverhead + m.DecodePerSeq*l.batch + m.ContextPerToken*l.ctx
 	share := m.PrefillPerToken * l.rate
@@ -186,8 +189,9 @@ func predictDecode(m StepModel, l decodeLoad) (tpot, slowdown float64) {
 		tpot = min(step/(1-share), full)
 	}
 	steps := max(l.out-1, 0)
-	own := m.DecodePerSeq + m.ContextPerToken*(l.prompt+l.out/2)
-	slowdown = max(l.others, 0)*m.PrefillPerToken*l.uncached + max(l.batch-1, 0)*steps*own
+	seqs := max(l.seqs, 1)
+	own := seqs * (m.DecodePerSeq + m.ContextPerToken*(l.prompt+l.out/2))
+	slowdown = max(l.others, 0)*m.PrefillPerToken*l.uncached + max(l.batch-seqs, 0)*steps*own
 	return max(tpot, 0), max(slowdown, 0)
 }
 

@@ -34,6 +34,14 @@ func TestPredictDecode(t *testing.T) {
 			slowdown: 2*100e-6*500 + 3*100*(200e-6+10e-9*1050.5),
 		},
 		{
+			// n = 3: three sequences of the request in a batch of five; the
+			// two others wait for all three in each of 100 steps.
+			name:     "several choices decode side by side",
+			l:        decodeLoad{batch: 5, ctx: 6000, others: 2, budget: 8192, prompt: 1000, uncached: 0, out: 101, seqs: 3},
+			tpot:     0.010 + 5*200e-6 + 10e-9*6000,
+			slowdown: 2 * 100 * 3 * (200e-6 + 10e-9*1050.5),
+		},
+		{
 			name: "a saturated worker's token is one full chunk step",
 			l:    decodeLoad{batch: 2, ctx: 0, others: 1, rate: 1e6, budget: 1024, prompt: 10, uncached: 0, out: 2},
 			tpot: 0.010 + 2*200e-6 + 100e-6*1022,

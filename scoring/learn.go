@@ -134,8 +134,9 @@ func (l *learner) learn(a *assignment, o Outcome, now time.Time, eng engineTTFT)
 		}
 		st.typ.decode += alpha * (dec - st.typ.decode)
 	}
-	if o.CompletionTokens > 0 {
-		st.typ.out += alpha * (float64(o.CompletionTokens) - st.typ.out)
+	perChoice := a.perChoice(o.CompletionTokens)
+	if perChoice > 0 {
+		st.typ.out += alpha * (float64(perChoice) - st.typ.out)
 	}
 	w := a.work
 	if o.PromptTokens > 0 {
@@ -185,7 +186,7 @@ func (l *learner) learn(a *assignment, o Outcome, now time.Time, eng engineTTFT)
 	l.teach(st, ls, now, eng, &res)
 	st.typ.uncached += alpha * (w.uncached() - st.typ.uncached)
 	st.typ.prompt += alpha * (w.prompt - st.typ.prompt)
-	l.output(a.model).observe(a.maxTokens, o.CompletionTokens)
+	l.output(a.model).observe(a.maxTokens, perChoice)
 	return res, ls
 }
 
@@ -222,6 +223,15 @@ func (l *learner) teach(st *workerModel, ls Lesson, now time.Time, eng engineTTF
 	res.decodeModel = st.dec.model()
 }
 
+// perChoice is a response's completion tokens per choice: the usage
+// counts every choice's.
+func (a *assignment) perChoice(completion int) int {
+	if completion <= 0 {
+		return completion
+	}
+	return max(completion/a.sequences(), 1)
+}
+
 // learnsUnstreamed reports whether an outcome is a non-streamed answer
 // that completed: no first token is seen, only the end. The answer must
 // have gone through an engine step: its request had a prompt, known at the
@@ -248,8 +258,8 @@ func learnsUnstreamed(a *assignment, o Outcome) bool {
 func (l *learner) learnUnstreamed(a *assignment, o Outcome, now time.Time, eng engineTTFT) (learned, Lesson) {
 	st := l.worker(a.worker)
 	st.lastOutcome = now
-	if o.CompletionTokens > 0 {
-		l.output(a.model).observe(a.maxTokens, o.CompletionTokens)
+	if n := a.perChoice(o.CompletionTokens); n > 0 {
+		l.output(a.model).observe(a.maxTokens, n)
 	}
 	var res learned
 	ls := Lesson{Source: a.source}
@@ -310,8 +320,13 @@ const minDecodeSteps = 16
 // that window: the mean batch and context of the steps and the other
 // requests' prefill work done in them. A response needs a reported first
 // token and minDecodeSteps steps to be a measurement; otherwise the Fit
-// is not OK.
+// is not OK. Nor is a response of several choices (n): its tokens come
+// from that many sequences decoding side by side, which end apart, and
+// counted as one sequence's steps they made a step look n times cheaper.
 func (l *learner) decodeFit(st *workerModel, a *assignment, o Outcome) Fit {
+	if a.sequences() > 1 {
+		return Fit{}
+	}
 	decode := o.Decode
 	if decode <= 0 {
 		decode = o.Duration - o.TTFT

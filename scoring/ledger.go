@@ -140,10 +140,11 @@ type assignment struct {
 	// unexplained is set when, while it waited for its first token, the
 	// engine ran or queued requests no ledger knew of.
 	unexplained bool
-	// model and maxTokens are the request's; out is the output tokens its
-	// decode prediction assumed.
+	// model, maxTokens and choices (at least 1) are the request's; out is
+	// the output tokens its decode prediction assumed.
 	model     string
 	maxTokens int
+	choices   int
 	out       float64
 	// decodeFrom and decodeTo are the worker's decode meter at its first
 	// token and at its end: its decode window.
@@ -154,6 +155,10 @@ type assignment struct {
 	// source is the request's Source, who will report its outcome.
 	source string
 }
+
+// sequences is how many sequences a decodes: its choices, one for a
+// peer's assignment, which does not say.
+func (a *assignment) sequences() int { return max(a.choices, 1) }
 
 // pastFirst reports whether a is (believed to be) decoding at t. When the
 // caller reports first tokens (told), only a reported first token counts;
@@ -412,8 +417,9 @@ func (s *workerLedger) load(now time.Time, r discovery.EngineLoad, fresh bool, b
 	var streamStart time.Time
 	for _, a := range s.inflight {
 		if a.pastFirst(now, told) {
-			l.decoding++
-			l.decodeCtx += float64(a.prompt)
+			n := float64(a.sequences())
+			l.decoding += n
+			l.decodeCtx += n * float64(a.prompt)
 		} else {
 			if told && a.stream {
 				if streamStart.IsZero() {

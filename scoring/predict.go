@@ -102,15 +102,18 @@ func (p *predictor) predict(r *Router, req *Request, d *Decision, ws Workers, f 
 		// The midpoint of the two is what it sees on average.
 		ctx := l.decodeCtx + l.aheadCtx + others*typOut/2
 		mean, meanCtx := p.ledgers[i].meter.sample(others, ctx, now, r.cfg.RateWindow)
+		// The request decodes one sequence per choice (n).
+		seqs := float64(max(req.Choices, 1))
 		tpot, slow := predictDecode(p.models[i].dec.model(), decodeLoad{
-			batch:    (others+mean)/2 + 1,
-			ctx:      (ctx+meanCtx)/2 + w.prompt + out/2,
+			batch:    (others+mean)/2 + seqs,
+			ctx:      (ctx+meanCtx)/2 + seqs*(w.prompt+out/2),
 			others:   others,
 			rate:     p.ledgers[i].meter.rate(now, r.cfg.RateWindow),
 			budget:   w.budget,
 			prompt:   w.prompt,
 			uncached: v.uncached[i],
 			out:      out,
+			seqs:     seqs,
 		})
 		c.PredictedTPOT = seconds(tpot)
 		c.PredictedE2E = c.PredictedTTFT + seconds(tpot*max(out-1, 0))

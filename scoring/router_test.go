@@ -920,6 +920,56 @@ func TestStepLessAnswersTeachNothing(t *testing.T) {
 	}
 }
 
+// TestChoicesDecodeSideBySide: a request asking for n completions decodes
+// n sequences, and its usage counts all their tokens. Counted as one
+// sequence of n times the tokens, its response made a decode step look n
+// times cheaper, and its length n times longer. It must count as n
+// sequences in the ledger, fit no decode step, and teach the length of one
+// choice.
+func TestChoicesDecodeSideBySide(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	ws := pool(1)
+	serve := func(i, choices, tokens int) {
+		d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(300+i, 0, 512), Stream: true, Choices: choices}, ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.clock.Advance(40 * time.Millisecond)
+		g.r.FirstToken(d)
+		if choices > 1 {
+			probe, err := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(9999, 0, 64), Stream: true}, ws)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := probe.Candidates[0].Decoding; got != choices {
+				t.Fatalf("a request of %d choices past its first token: %d sequences decoding", choices, got)
+			}
+		}
+		decode := time.Duration(tokens/max(choices, 1)) * 20 * time.Millisecond
+		g.clock.Advance(decode)
+		g.r.Done(d, Outcome{End: EndCompleted, HTTPStatus: 200, TTFT: 40 * time.Millisecond, Decode: decode,
+			Duration: 40*time.Millisecond + decode, PromptTokens: 512, CompletionTokens: tokens, CachedTokens: 0})
+	}
+	for i := range 2 * minOutputs {
+		serve(i, 4, 400) // 100 tokens a choice
+	}
+	if n := testutil.ToFloat64(g.r.m.decodeFits); n != 0 {
+		t.Errorf("%v decode fits from responses of 4 choices, want none", n)
+	}
+	d, err := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 512), Stream: true}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.OutputTokens != 100 {
+		t.Errorf("expected output %d tokens, want the 100 of one choice", d.OutputTokens)
+	}
+	serve(99, 1, 100)
+	if n := testutil.ToFloat64(g.r.m.decodeFits); n != 1 {
+		t.Errorf("%v decode fits after a response of one choice, want 1", n)
+	}
+}
+
 // testIdleWorkerRelaxes: w0 has a bad spell, measured with streamed
 // answers, and is avoided; then traffic goes on, streamed or not, and w0,
 // fast again, must be tried and win back a fair share.

@@ -14,6 +14,7 @@ const (
 	GenAIProviderName        = attribute.Key("gen_ai.provider.name")
 	GenAIRequestModel        = attribute.Key("gen_ai.request.model")
 	GenAIRequestMaxTokens    = attribute.Key("gen_ai.request.max_tokens")
+	GenAIRequestChoiceCount  = attribute.Key("gen_ai.request.choice.count")
 	GenAIRequestStream       = attribute.Key("gen_ai.request.stream")
 	GenAIRequestID           = attribute.Key("gen_ai.request.id") // custom, as llm-d uses it: x-request-id
 	GenAIResponseTTFC        = attribute.Key("gen_ai.response.time_to_first_chunk")
