@@ -197,11 +197,11 @@ func fill(r *scoring.Request, b *body, defaultModel string) error {
 			return badf("field \"max_tokens\" is required")
 		}
 	case scoring.APICompletions:
-		ids, err := promptTokenIDs(b.Prompt)
+		ids, n, err := promptTokenIDs(b.Prompt)
 		if err != nil {
 			return err
 		}
-		r.TokenIDs = ids
+		r.TokenIDs, r.Prompts = ids, n
 	}
 	return nil
 }
@@ -213,48 +213,48 @@ func isJSONArray(raw rawRef) bool {
 
 // promptTokenIDs validates a completions prompt, which may be a string, a
 // list of strings, a list of token ids or a list of such lists, and returns
-// the token ids of the first prompt when the client sent ids.
-func promptTokenIDs(raw rawRef) ([]uint32, error) {
+// the token ids of the first prompt when the client sent ids, and how many
+// prompts it sent.
+func promptTokenIDs(raw rawRef) (ids []uint32, prompts int, err error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil, badf("field \"prompt\" is required")
+		return nil, 0, badf("field \"prompt\" is required")
 	}
 	switch raw[0] {
 	case '"':
-		return nil, nil
+		return nil, 1, nil
 	case '[':
 	default:
-		return nil, badf("field \"prompt\" must be a string, a list of strings or a list of token ids")
+		return nil, 0, badf("field \"prompt\" must be a string, a list of strings or a list of token ids")
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, badf("field \"prompt\": %v", err)
+		return nil, 0, badf("field \"prompt\": %v", err)
 	}
 	if len(items) == 0 {
-		return nil, badf("field \"prompt\" must not be empty")
+		return nil, 0, badf("field \"prompt\" must not be empty")
 	}
 	switch items[0] = bytes.TrimSpace(items[0]); items[0][0] {
 	case '"':
 		var ss []string
 		if err := json.Unmarshal(raw, &ss); err != nil {
-			return nil, badf("field \"prompt\": mixed list; want all strings or all token ids")
+			return nil, 0, badf("field \"prompt\": mixed list; want all strings or all token ids")
 		}
-		return nil, nil
+		return nil, len(ss), nil
 	case '[':
 		var lists [][]uint32
 		if err := json.Unmarshal(raw, &lists); err != nil {
-			return nil, badf("field \"prompt\": want lists of non-negative token ids")
+			return nil, 0, badf("field \"prompt\": want lists of non-negative token ids")
 		}
 		if len(lists[0]) == 0 {
-			return nil, badf("field \"prompt\": empty token list")
+			return nil, 0, badf("field \"prompt\": empty token list")
 		}
-		return lists[0], nil
+		return lists[0], len(lists), nil
 	default:
-		var ids []uint32
 		if err := json.Unmarshal(raw, &ids); err != nil {
-			return nil, badf("field \"prompt\": want a list of non-negative token ids")
+			return nil, 0, badf("field \"prompt\": want a list of non-negative token ids")
 		}
-		return ids, nil
+		return ids, 1, nil
 	}
 }
 

@@ -47,10 +47,10 @@ func TestParseBody(t *testing.T) {
 		{"chat", scoring.APIChat, `{"model":"m","stream":true,"max_completion_tokens":9,"max_tokens":3,"messages":[]}`, "", scoring.Request{Model: "m", Stream: true, MaxTokens: 9}, false},
 		{"default model", scoring.APIChat, `{"messages":[{"role":"user","content":"hi"}]}`, "only", scoring.Request{Model: "only"}, false},
 		{"missing model", scoring.APIChat, `{"messages":[]}`, "", scoring.Request{}, true},
-		{"prompt string", scoring.APICompletions, `{"model":"m","prompt":"abc"}`, "", scoring.Request{Model: "m"}, false},
-		{"prompt strings", scoring.APICompletions, `{"model":"m","prompt":["a","b"]}`, "", scoring.Request{Model: "m"}, false},
-		{"prompt ids", scoring.APICompletions, `{"model":"m","prompt":[1,2,3],"cache_salt":"x"}`, "", scoring.Request{Model: "m", TokenIDs: []uint32{1, 2, 3}, CacheSalt: "x"}, false},
-		{"prompt id lists", scoring.APICompletions, `{"model":"m","prompt":[[4,5],[6]]}`, "", scoring.Request{Model: "m", TokenIDs: []uint32{4, 5}}, false},
+		{"prompt string", scoring.APICompletions, `{"model":"m","prompt":"abc"}`, "", scoring.Request{Model: "m", Prompts: 1}, false},
+		{"prompt strings", scoring.APICompletions, `{"model":"m","prompt":["a","b"]}`, "", scoring.Request{Model: "m", Prompts: 2}, false},
+		{"prompt ids", scoring.APICompletions, `{"model":"m","prompt":[1,2,3],"cache_salt":"x"}`, "", scoring.Request{Model: "m", TokenIDs: []uint32{1, 2, 3}, CacheSalt: "x", Prompts: 1}, false},
+		{"prompt id lists", scoring.APICompletions, `{"model":"m","prompt":[[4,5],[6]]}`, "", scoring.Request{Model: "m", TokenIDs: []uint32{4, 5}, Prompts: 2}, false},
 		{"negative id", scoring.APICompletions, `{"model":"m","prompt":[-1]}`, "", scoring.Request{}, true},
 		{"empty prompt list", scoring.APICompletions, `{"model":"m","prompt":[]}`, "", scoring.Request{}, true},
 		{"prompt object", scoring.APICompletions, `{"model":"m","prompt":{}}`, "", scoring.Request{}, true},
@@ -59,7 +59,7 @@ func TestParseBody(t *testing.T) {
 		{"anthropic", scoring.APIMessages, `{"model":"m","max_tokens":5,"messages":[],"stream":true}`, "", scoring.Request{Model: "m", MaxTokens: 5, Stream: true}, false},
 		{"negative max_tokens", scoring.APIChat, `{"model":"m","max_tokens":-5,"messages":[]}`, "", scoring.Request{}, true},
 		{"choices", scoring.APIChat, `{"model":"m","n":4,"messages":[]}`, "", scoring.Request{Model: "m", Choices: 4}, false},
-		{"choices, completions", scoring.APICompletions, `{"model":"m","n":2,"prompt":"abc"}`, "", scoring.Request{Model: "m", Choices: 2}, false},
+		{"choices, completions", scoring.APICompletions, `{"model":"m","n":2,"prompt":"abc"}`, "", scoring.Request{Model: "m", Choices: 2, Prompts: 1}, false},
 		{"choices null", scoring.APIChat, `{"model":"m","n":null,"messages":[]}`, "", scoring.Request{Model: "m"}, false},
 		{"no choices", scoring.APIChat, `{"model":"m","n":0,"messages":[]}`, "", scoring.Request{}, true},
 		{"choices not a number", scoring.APIChat, `{"model":"m","n":"2","messages":[]}`, "", scoring.Request{}, true},
@@ -83,7 +83,7 @@ func TestParseBody(t *testing.T) {
 				t.Fatal(err)
 			}
 			if r.Model != tc.want.Model || r.Stream != tc.want.Stream || r.MaxTokens != tc.want.MaxTokens ||
-				r.Choices != tc.want.Choices || r.CacheSalt != tc.want.CacheSalt || !slices.Equal(r.TokenIDs, tc.want.TokenIDs) {
+				r.Choices != tc.want.Choices || r.Prompts != tc.want.Prompts || r.CacheSalt != tc.want.CacheSalt || !slices.Equal(r.TokenIDs, tc.want.TokenIDs) {
 				t.Fatalf("got %+v, want %+v", r, tc.want)
 			}
 		})

@@ -52,8 +52,12 @@ type Request struct {
 	// MaxTokens is max_tokens / max_completion_tokens, 0 when absent.
 	MaxTokens int
 	// Choices is the n field: how many completions the engine generates
-	// for the request, each up to MaxTokens; 0 when absent (one).
+	// for each prompt, each up to MaxTokens; 0 when absent (one).
 	Choices int
+	// Prompts is how many prompts a completions request sent (a list of
+	// strings or of token-id lists); 0 or 1 is one. Routing follows the
+	// first.
+	Prompts int
 	// Stream reports whether the client asked for a streamed response.
 	Stream bool
 	// Tenant is the trusted tenant identity, empty when unknown.

@@ -138,6 +138,16 @@ func (l *learner) learn(a *assignment, o Outcome, now time.Time, eng engineTTFT)
 	if perChoice > 0 {
 		st.typ.out += alpha * (float64(perChoice) - st.typ.out)
 	}
+	if a.prompts > 1 {
+		// A completions request of several prompts: the decision
+		// described the first, the usage counts them all (prompt and
+		// cached tokens too), and its first token is any prompt's. It
+		// teaches the length of a choice, not the worker's speed nor its
+		// cache.
+		l.teach(st, Lesson{Source: a.source}, now, eng, &res)
+		l.output(a.model).observe(a.maxTokens, perChoice)
+		return res, Lesson{Source: a.source}
+	}
 	w := a.work
 	if o.PromptTokens > 0 {
 		w.prompt = float64(o.PromptTokens)
@@ -264,7 +274,8 @@ func (l *learner) learnUnstreamed(a *assignment, o Outcome, now time.Time, eng e
 	var res learned
 	ls := Lesson{Source: a.source}
 	end := o.Duration.Seconds()
-	if a.kvWait == 0 && !a.unexplained && !a.moved && a.pred.total() > end {
+	// Several prompts: the features would be the first's (see learn).
+	if a.prompts <= 1 && a.kvWait == 0 && !a.unexplained && !a.moved && a.pred.total() > end {
 		w := a.work
 		if o.PromptTokens > 0 {
 			w.prompt = float64(o.PromptTokens)

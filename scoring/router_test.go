@@ -957,16 +957,74 @@ func TestChoicesDecodeSideBySide(t *testing.T) {
 	if n := testutil.ToFloat64(g.r.m.decodeFits); n != 0 {
 		t.Errorf("%v decode fits from responses of 4 choices, want none", n)
 	}
+	checkOutputTokens(t, g, ws, 100)
+	serve(99, 1, 100)
+	if n := testutil.ToFloat64(g.r.m.decodeFits); n != 1 {
+		t.Errorf("%v decode fits after a response of one choice, want 1", n)
+	}
+}
+
+// TestSeveralPromptsTeachNoSpeed: a completions request of several prompts
+// is routed by its first, while its usage counts every prompt's tokens and
+// its first token is any prompt's. Fitted as one prompt of the summed
+// tokens, it read the worker as that many times faster and its cache as
+// holding the other prompts' prefixes. It must count its sequences, teach
+// the length of one choice, and neither fit the step model nor check the
+// cached-token prediction.
+func TestSeveralPromptsTeachNoSpeed(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	ws := pool(1)
+	before := g.r.Model("w0")
+	for i := range 2 * minOutputs {
+		d, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(500+i, 0, 512), Prompts: 4, Choices: 2, Stream: true}, ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.clock.Advance(30 * time.Millisecond)
+		g.r.FirstToken(d)
+		if i == 0 {
+			probe, err := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(9999, 0, 64)}, ws)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := probe.Candidates[0].Decoding; got != 8 {
+				t.Errorf("4 prompts of 2 choices past the first token: %d sequences decoding, want 8", got)
+			}
+		}
+		g.clock.Advance(time.Second)
+		g.r.Done(d, Outcome{End: EndCompleted, HTTPStatus: 200, TTFT: 30 * time.Millisecond, Decode: time.Second,
+			Duration: 30*time.Millisecond + time.Second, PromptTokens: 4 * 512, CompletionTokens: 8 * 50, CachedTokens: 3 * 512})
+	}
+	if after := g.r.Model("w0"); after != before {
+		t.Errorf("requests of 4 prompts moved the step model from %+v to %+v", before, after)
+	}
+	if n := testutil.CollectAndCount(g.r.m.cachedCheck); n != 0 {
+		t.Errorf("%d cached-token checks of requests of 4 prompts, want none", n)
+	}
+	// Not streamed and faster than predicted, it bounds no first token.
+	u, err := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(700, 0, 512), Prompts: 4}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.clock.Advance(time.Millisecond)
+	g.r.Done(u, Outcome{End: EndCompleted, HTTPStatus: 200, Duration: time.Millisecond, PromptTokens: 4 * 512, CompletionTokens: 4 * 50, CachedTokens: 0})
+	if n := testutil.ToFloat64(g.r.m.boundedFits); n != 0 {
+		t.Errorf("%v bounded fits from an answer to 4 prompts, want none", n)
+	}
+	checkOutputTokens(t, g, ws, 50)
+}
+
+// checkOutputTokens checks the output length a decision expects for a
+// request without max_tokens: the mean length of one choice learnt so far.
+func checkOutputTokens(t *testing.T, g *rig, ws Workers, want int) {
+	t.Helper()
 	d, err := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(1, 0, 512), Stream: true}, ws)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.OutputTokens != 100 {
-		t.Errorf("expected output %d tokens, want the 100 of one choice", d.OutputTokens)
-	}
-	serve(99, 1, 100)
-	if n := testutil.ToFloat64(g.r.m.decodeFits); n != 1 {
-		t.Errorf("%v decode fits after a response of one choice, want 1", n)
+	if d.OutputTokens != want {
+		t.Errorf("expected output %d tokens, want the %d of one choice", d.OutputTokens, want)
 	}
 }
 
