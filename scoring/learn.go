@@ -249,9 +249,9 @@ func (a *assignment) perChoice(completion int) int {
 // refuse it (a 4xx status: a prompt over the context length, a bad
 // parameter, a rate limit). A request without a prompt (GET /v1/models, a
 // health probe routed like any other) or a refused one is answered in a
-// millisecond or two, and fitted as a bound on a first token it once
-// taught the worker's model that a step costs next to nothing (the routing
-// harness's probe, on the first worker of every scenario).
+// millisecond or two; fitted as a bound on a first token, such an answer
+// once taught the worker's model that a step costs next to nothing (the
+// routing harness's probe, on the first worker of every scenario).
 func learnsUnstreamed(a *assignment, o Outcome) bool {
 	return !a.stream && o.End == EndCompleted && o.TTFT == 0 && o.Duration > 0 && o.Duration <= maxTTFT &&
 		(a.prompt > 0 || o.PromptTokens > 0) && o.HTTPStatus < 400
