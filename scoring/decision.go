@@ -74,6 +74,10 @@ type Request struct {
 	Arrived time.Time
 }
 
+// sequences is how many sequences the engine decodes for r: its choices
+// for each of its prompts.
+func (r *Request) sequences() int { return max(r.Choices, 1) * max(r.Prompts, 1) }
+
 // Mode says how much the router knew when it decided.
 type Mode string
 
@@ -212,6 +216,11 @@ type Outcome struct {
 	// error event mid-stream), empty when none.
 	Error string
 }
+
+// refused reports whether the engine answered without running the
+// request: a 4xx (a prompt over the context length, a bad parameter, a
+// rate limit) comes before any engine step, and stores no block.
+func (o Outcome) refused() bool { return o.HTTPStatus >= 400 }
 
 // TPOT is the response's time per output token after the first, 0 when
 // fewer than two tokens or no decode time were seen.

@@ -254,7 +254,7 @@ func (a *assignment) perChoice(completion int) int {
 // routing harness's probe, on the first worker of every scenario).
 func learnsUnstreamed(a *assignment, o Outcome) bool {
 	return !a.stream && o.End == EndCompleted && o.TTFT == 0 && o.Duration > 0 && o.Duration <= maxTTFT &&
-		(a.prompt > 0 || o.PromptTokens > 0) && o.HTTPStatus < 400
+		(a.prompt > 0 || o.PromptTokens > 0) && !o.refused()
 }
 
 // learnUnstreamed takes what a non-streamed answer can say. Its worker

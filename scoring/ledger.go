@@ -140,12 +140,12 @@ type assignment struct {
 	// unexplained is set when, while it waited for its first token, the
 	// engine ran or queued requests no ledger knew of.
 	unexplained bool
-	// model, maxTokens, choices and prompts (each at least 1) are the
+	// model, maxTokens, prompts and seqs (Request.sequences) are the
 	// request's; out is the output tokens its decode prediction assumed.
 	model     string
 	maxTokens int
-	choices   int
 	prompts   int
+	seqs      int
 	out       float64
 	// decodeFrom and decodeTo are the worker's decode meter at its first
 	// token and at its end: its decode window.
@@ -157,9 +157,9 @@ type assignment struct {
 	source string
 }
 
-// sequences is how many sequences a decodes: its choices for each of its
-// prompts; one for a peer's assignment, which does not say.
-func (a *assignment) sequences() int { return max(a.choices, 1) * max(a.prompts, 1) }
+// sequences is how many sequences a decodes: one for a peer's
+// assignment, which does not say.
+func (a *assignment) sequences() int { return max(a.seqs, 1) }
 
 // pastFirst reports whether a is (believed to be) decoding at t. When the
 // caller reports first tokens (told), only a reported first token counts;

@@ -102,8 +102,7 @@ func (p *predictor) predict(r *Router, req *Request, d *Decision, ws Workers, f 
 		// The midpoint of the two is what it sees on average.
 		ctx := l.decodeCtx + l.aheadCtx + others*typOut/2
 		mean, meanCtx := p.ledgers[i].meter.sample(others, ctx, now, r.cfg.RateWindow)
-		// The request decodes one sequence per choice (n) of each prompt.
-		seqs := float64(max(req.Choices, 1) * max(req.Prompts, 1))
+		seqs := float64(req.sequences())
 		tpot, slow := predictDecode(p.models[i].dec.model(), decodeLoad{
 			batch:    (others+mean)/2 + seqs,
 			ctx:      (ctx+meanCtx)/2 + seqs*(w.prompt+out/2),

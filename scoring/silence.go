@@ -87,11 +87,10 @@ func (w *silenceWatch) forget(worker string) { delete(w.workers, worker) }
 // storesBlock reports whether an outcome's prompt left at least one full
 // block uncached, which the engine stores and announces: from the
 // engine's usage when reported, else from the decision's own figures. A
-// refused request (a 4xx answer: a prompt over the context length, a bad
-// parameter) stored nothing; a client resending one used to flag its
+// refused request stored nothing; a client resending one used to flag its
 // worker silent.
 func storesBlock(o Outcome, a *assignment, blockSize int) bool {
-	if o.HTTPStatus >= 400 {
+	if o.refused() {
 		return false
 	}
 	prompt, cached := a.prompt, a.cached
