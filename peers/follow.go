@@ -45,10 +45,11 @@ func (m *Mesh) follow(ctx context.Context, addr string) {
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, errOlderPeer) && version > minWireVersion:
-			// An older replica: say hello again in the version it speaks.
-			// The next connection tries this version's again, as the
-			// replica may have been upgraded by then.
-			version = minWireVersion
+			// An older replica: say hello again one version older, down
+			// to the one it speaks. The next connection tries this
+			// version's again, as the replica may have been upgraded by
+			// then.
+			version--
 			continue
 		case errors.Is(err, errSelf):
 			m.pmu.Lock()

@@ -99,7 +99,7 @@ func (m *Mesh) serveFollower(stream grpc.ServerStream, first []byte) error {
 	send := func(f []byte) error {
 		if reply.Version < wireVersion {
 			var err error
-			if f, err = downgrade(f); err != nil {
+			if f, err = downgrade(f, reply.Version); err != nil {
 				return status.Error(codes.Internal, err.Error())
 			}
 		}

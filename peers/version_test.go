@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -20,16 +21,27 @@ import (
 )
 
 // The tests of a rolling upgrade across wire versions: a replica of this
-// version with a peer that speaks only version 1, as the code before the
-// lessons did, on either side of a follow.
+// version with a peer that speaks an older one (version 1, as the code
+// before the lessons did; version 2, before a reservation's sequences), on
+// either side of a follow.
 
 const versionToken = "a shared secret of some length"
 
-// TestVersion1FollowerIsAnsweredInVersion1: a follower saying hello in
-// version 1 gets a version 1 hello and version 1 frames, whose ends carry
-// no lesson.
-func TestVersion1FollowerIsAnsweredInVersion1(t *testing.T) {
+// TestOlderFollowerIsAnsweredInItsVersion: a follower saying hello in an
+// older version gets a hello and frames in that version: in version 1 the
+// ends carry no lesson, in version 2 they do; neither carries the
+// reservation's sequences.
+func TestOlderFollowerIsAnsweredInItsVersion(t *testing.T) {
 	t.Parallel()
+	for v := byte(minWireVersion); v < wireVersion; v++ {
+		t.Run(fmt.Sprintf("version %d", v), func(t *testing.T) {
+			t.Parallel()
+			followInVersion(t, v)
+		})
+	}
+}
+
+func followInVersion(t *testing.T, v byte) {
 	a := startReplica(t, testConfig(tokenFile(t, versionToken)))
 	conn, err := grpc.NewClient(a.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -43,7 +55,7 @@ func TestVersion1FollowerIsAnsweredInVersion1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := hello{Version: 1, ID: 99, Name: "old"}
+	h := hello{Version: v, ID: 99, Name: "old"}
 	if err := stream.SendMsg(&wrapperspb.BytesValue{Value: appendHello(nil, h, false)}); err != nil {
 		t.Fatal(err)
 	}
@@ -55,13 +67,13 @@ func TestVersion1FollowerIsAnsweredInVersion1(t *testing.T) {
 		t.Fatal(err)
 	}
 	reply, err := decodeHello(in.GetValue(), true)
-	if err != nil || reply.Version != 1 {
-		t.Fatalf("reply hello: version %d, %v; want version 1", reply.Version, err)
+	if err != nil || reply.Version != v {
+		t.Fatalf("reply hello: version %d, %v; want version %d", reply.Version, err, v)
 	}
 	if want := proof([]byte(versionToken), h.Nonce, reply.ID); !hmac.Equal(want[:], reply.Proof[:]) {
 		t.Fatal("the replica's proof does not check")
 	}
-	a.mesh.Reserved(scoring.SharedAssignment{ID: 1, Worker: "w0", Decided: time.Now(), Prompt: 10, Uncached: 10})
+	a.mesh.Reserved(scoring.SharedAssignment{ID: 1, Worker: "w0", Decided: time.Now(), Prompt: 10, Uncached: 10, Seqs: 4})
 	a.mesh.Ended(1, testLesson)
 	for {
 		in.Reset()
@@ -69,17 +81,20 @@ func TestVersion1FollowerIsAnsweredInVersion1(t *testing.T) {
 			t.Fatalf("before the end arrived: %v", err)
 		}
 		b := in.GetValue()
-		if b[0] != 1 {
-			t.Fatalf("frame in version %d, want 1", b[0])
+		if b[0] != v {
+			t.Fatalf("frame in version %d, want %d", b[0], v)
 		}
 		evs, err := decodeEvents(nil, b, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, ev := range evs {
+			if ev.Kind == scoring.PeerReserved && ev.Assignment.ID == 1 && ev.Assignment.Seqs != 0 {
+				t.Fatalf("a version %d follower got a reservation's sequences", v)
+			}
 			if ev.Kind == scoring.PeerEnded && ev.ID == 1 {
-				if ev.Lesson != (scoring.Lesson{}) {
-					t.Fatalf("a version 1 follower got a lesson: %+v", ev.Lesson)
+				if got := ev.Lesson != (scoring.Lesson{}); got != (v >= 2) {
+					t.Fatalf("a version %d follower got a lesson: %v", v, got)
 				}
 				return
 			}
@@ -123,10 +138,10 @@ func startOldReplica(t *testing.T) *oldReplica {
 				return err
 			}
 			now := time.Now()
-			var e encoder
+			e := encoder{v: 1}
 			e.reset(now)
 			e.reserved(&scoring.SharedAssignment{ID: 5, Worker: "w1", Decided: now, Prompt: 8, Uncached: 8})
-			if err := stream.SendMsg(&wrapperspb.BytesValue{Value: e.frameIn(1, now)}); err != nil {
+			if err := stream.SendMsg(&wrapperspb.BytesValue{Value: e.frame(now)}); err != nil {
 				return err
 			}
 			<-stream.Context().Done()
@@ -146,8 +161,8 @@ func startOldReplica(t *testing.T) *oldReplica {
 }
 
 // TestFollowerFallsBackToVersion1: a replica of version 1 refuses this
-// version's hello; the follower says hello again in version 1 at once and
-// holds the old replica's ledger.
+// version's hello; the follower says hello again one version older at once,
+// down to version 1, and holds the old replica's ledger.
 func TestFollowerFallsBackToVersion1(t *testing.T) {
 	t.Parallel()
 	old := startOldReplica(t)
@@ -155,7 +170,11 @@ func TestFollowerFallsBackToVersion1(t *testing.T) {
 	eventually(t, "b holds the old replica's assignment", func() bool { return len(b.ledger.held(idString(7))) == 1 })
 	old.mu.Lock()
 	defer old.mu.Unlock()
-	if len(old.seen) < 2 || old.seen[0] != wireVersion || old.seen[1] != 1 {
-		t.Fatalf("hello versions the old replica got: %v, want %d then 1", old.seen, wireVersion)
+	want := []byte{}
+	for v := byte(wireVersion); v >= minWireVersion; v-- {
+		want = append(want, v)
+	}
+	if len(old.seen) < len(want) || !slices.Equal(old.seen[:len(want)], want) {
+		t.Fatalf("hello versions the old replica got: %v, want %v first", old.seen, want)
 	}
 }

@@ -20,21 +20,24 @@ import (
 //	hello:  id u64, name str, advertise str, nonce [16] (follower's) or proof [32] (replica's)
 //	events: base age uvarint (ns), n uvarint, then n events:
 //	  reserved:    'R' id, worker str, decided, start, first, firstAt (0: none), prompt,
-//	               uncached (float32 bits), blocks, ownBlocks, stream, keys n + n×u64
+//	               uncached (float32 bits), blocks, ownBlocks, stream, seqs (version 3
+//	               on), keys n + n×u64
 //	  first token: 'F' id, at
 //	  ended:       'E' id
 //	  ended, with what its outcome taught (scoring.Lesson):
 //	               'L' id, source str, ratio, fits (bit 0: TTFT, bit 1: decode),
 //	               then per fit X[0..4], Y (and for TTFT, Seen); every float is float32 bits
 //
-// An events frame with no event is a heartbeat. Version 2 added 'L'. A
-// replica speaks the follower's version, as its hello names it, down to
-// version 1 (downgrade drops the lessons), and a follower whose version a
-// replica refuses says hello again in version 1, so that replicas of both
-// versions share their ledgers during a rolling upgrade.
+// An events frame with no event is a heartbeat. Version 2 added 'L';
+// version 3 the sequences a reservation decodes (n choices × prompts),
+// which version 2 and older take as one. A replica speaks the follower's
+// version, as its hello names it, down to version 1 (downgrade drops what
+// the older version lacks), and a follower whose version a replica refuses
+// says hello again one version older, so that replicas of any two versions
+// share their ledgers during a rolling upgrade.
 
 const (
-	wireVersion = 2
+	wireVersion = 3
 	// minWireVersion is the oldest version spoken.
 	minWireVersion = 1
 )
@@ -69,6 +72,7 @@ const (
 	maxFrameEvents = 1 << 16
 	maxString      = 1 << 10
 	maxSpecKeys    = 1 << 20
+	maxSeqs        = 1 << 16
 )
 
 // ErrFrame is wrapped by every decoding error.
@@ -114,6 +118,16 @@ type encoder struct {
 	b  []byte
 	n  int
 	at time.Time // the moment times are relative to
+	// v is the wire version it encodes (0: wireVersion); an older one's
+	// events leave out what it lacks.
+	v byte
+}
+
+func (e *encoder) version() byte {
+	if e.v == 0 {
+		return wireVersion
+	}
+	return e.v
 }
 
 // reset starts a frame whose times are relative to at.
@@ -147,6 +161,9 @@ func (e *encoder) reserved(a *scoring.SharedAssignment) {
 		s = 1
 	}
 	e.b = append(e.b, s)
+	if e.version() >= 3 {
+		e.b = binary.AppendUvarint(e.b, uint64(max(a.Seqs, 0)))
+	}
 	e.b = binary.AppendUvarint(e.b, uint64(len(a.SpecKeys)))
 	for _, k := range a.SpecKeys {
 		e.b = binary.LittleEndian.AppendUint64(e.b, k)
@@ -160,10 +177,11 @@ func (e *encoder) firstToken(id uint64, at time.Time) {
 	e.rel(at)
 }
 
-// ended encodes the end of id, with l when it teaches anything.
+// ended encodes the end of id, with l when it teaches anything and the
+// version has lessons.
 func (e *encoder) ended(id uint64, l *scoring.Lesson) {
 	e.n++
-	if l == nil || !l.Teaches() {
+	if l == nil || !l.Teaches() || e.version() < 2 {
 		e.b = append(e.b, tagEnded)
 		e.b = binary.AppendUvarint(e.b, id)
 		return
@@ -203,12 +221,9 @@ func (e *encoder) fit(f *scoring.Fit) {
 // frame returns the events frame, sent at now: header, the age of the
 // times' base (now − the reset's moment), count, events. The result is a
 // new slice the caller owns.
-func (e *encoder) frame(now time.Time) []byte { return e.frameIn(wireVersion, now) }
-
-// frameIn is frame in wire version v; the events must be v's.
-func (e *encoder) frameIn(v byte, now time.Time) []byte {
+func (e *encoder) frame(now time.Time) []byte {
 	out := make([]byte, 0, len(e.b)+20)
-	out = append(out, v, kindEvents)
+	out = append(out, e.version(), kindEvents)
 	out = binary.AppendUvarint(out, uint64(max(now.Sub(e.at), 0)))
 	out = binary.AppendUvarint(out, uint64(e.n))
 	return append(out, e.b...)
@@ -406,6 +421,14 @@ func decodeEvents(dst []scoring.PeerEvent, b []byte, arrived time.Time) ([]scori
 			a.Blocks = int(min(r.uvarint(), math.MaxInt32))
 			a.OwnBlocks = int(min(r.uvarint(), math.MaxInt32))
 			a.Stream = r.byte1() == 1
+			if r.version >= 3 {
+				seqs := r.uvarint()
+				if seqs > maxSeqs {
+					r.fail("%d sequences", seqs)
+					break
+				}
+				a.Seqs = int(seqs)
+			}
 			k := r.uvarint()
 			if k > maxSpecKeys {
 				r.fail("%d speculated keys", k)
@@ -451,24 +474,24 @@ func decodeEvents(dst []scoring.PeerEvent, b []byte, arrived time.Time) ([]scori
 	return out, nil
 }
 
-// downgrade re-encodes events frame f for a follower of wire version 1:
-// the same events, with ends that teach nothing. Times keep their offsets
-// from the frame's send time.
-func downgrade(f []byte) ([]byte, error) {
+// downgrade re-encodes events frame f for a follower of wire version v:
+// the same events, without what v lacks (lessons before version 2, a
+// reservation's sequences before 3). Times keep their offsets from the
+// frame's send time.
+func downgrade(f []byte, v byte) ([]byte, error) {
 	at := time.Unix(0, 0)
 	evs, err := decodeEvents(nil, f, at)
 	if err != nil {
 		return nil, err
 	}
-	var e encoder
+	e := encoder{v: v}
 	e.reset(at)
-	e.events(evs, false)
-	return e.frameIn(1, at), nil
+	e.events(evs)
+	return e.frame(at), nil
 }
 
-// events encodes decoded events again; ends carry their lessons when
-// lessons is set.
-func (e *encoder) events(evs []scoring.PeerEvent, lessons bool) {
+// events encodes decoded events again.
+func (e *encoder) events(evs []scoring.PeerEvent) {
 	for i := range evs {
 		switch ev := &evs[i]; ev.Kind {
 		case scoring.PeerReserved:
@@ -476,11 +499,7 @@ func (e *encoder) events(evs []scoring.PeerEvent, lessons bool) {
 		case scoring.PeerFirstToken:
 			e.firstToken(ev.ID, ev.At)
 		case scoring.PeerEnded:
-			var l *scoring.Lesson
-			if lessons {
-				l = &ev.Lesson
-			}
-			e.ended(ev.ID, l)
+			e.ended(ev.ID, &ev.Lesson)
 		}
 	}
 }

@@ -17,7 +17,7 @@ func TestEventsRoundTrip(t *testing.T) {
 	a := scoring.SharedAssignment{
 		ID: 7, Worker: "w-1", Decided: sent.Add(-3 * time.Millisecond), Start: sent.Add(40 * time.Millisecond),
 		First: sent.Add(90 * time.Millisecond), Prompt: 8192, Uncached: 512.5, Blocks: 512, OwnBlocks: 48,
-		Stream: true, SpecKeys: []uint64{1, 1 << 63, 42},
+		Stream: true, Seqs: 8, SpecKeys: []uint64{1, 1 << 63, 42},
 	}
 	var e encoder
 	e.reset(sent)
@@ -89,34 +89,39 @@ func TestLessonRoundTrip(t *testing.T) {
 	}
 }
 
-// TestDowngrade: a frame re-encoded for a version 1 follower holds the same
-// events at the same times, its ends without lessons, and no tag version 1
-// lacks.
+// TestDowngrade: a frame re-encoded for a follower of an older version
+// holds the same events at the same times, without what that version
+// lacks: a reservation's sequences before version 3, lessons before 2.
 func TestDowngrade(t *testing.T) {
 	t.Parallel()
 	sent := time.Unix(1_800_000_000, 0)
 	var e encoder
 	e.reset(sent)
-	e.reserved(&scoring.SharedAssignment{ID: 1, Worker: "w", Decided: sent.Add(-time.Millisecond), Uncached: 64, SpecKeys: []uint64{3}})
+	e.reserved(&scoring.SharedAssignment{ID: 1, Worker: "w", Decided: sent.Add(-time.Millisecond), Uncached: 64, Seqs: 4, SpecKeys: []uint64{3}})
 	e.firstToken(1, sent.Add(-2*time.Millisecond))
 	e.ended(1, &testLesson)
 	f := e.frame(sent.Add(4 * time.Millisecond))
-	old, err := downgrade(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if old[0] != 1 {
-		t.Fatalf("downgraded frame in version %d, want 1", old[0])
-	}
 	recv := time.Unix(5000, 0)
-	want, err := decodeEvents(nil, f, recv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want[2].Lesson = scoring.Lesson{}
-	got, err := decodeEvents(nil, old, recv)
-	if err != nil || !reflect.DeepEqual(got, want) {
-		t.Fatalf("downgraded: %+v, %v\nwant %+v", got, err, want)
+	for v := byte(wireVersion - 1); v >= minWireVersion; v-- {
+		old, err := downgrade(f, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if old[0] != v {
+			t.Fatalf("downgraded frame in version %d, want %d", old[0], v)
+		}
+		want, err := decodeEvents(nil, f, recv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[0].Assignment.Seqs = 0
+		if v < 2 {
+			want[2].Lesson = scoring.Lesson{}
+		}
+		got, err := decodeEvents(nil, old, recv)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("downgraded to version %d: %+v, %v\nwant %+v", v, got, err, want)
+		}
 	}
 }
 
@@ -188,7 +193,10 @@ func TestDecodeRejects(t *testing.T) {
 			return l
 		}())},
 		{"lesson in a version 1 frame", lessonFrame(func(b []byte) { b[0] = 1 }, testLesson)},
+		// After the worker: four times, prompt, uncached (4 bytes), blocks,
+		// own blocks, stream; then the sequences and the key count.
 		{"huge key count", []byte{wireVersion, kindEvents, 0, 1, tagReserved, 1, 1, 'w', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}},
+		{"huge sequence count", []byte{wireVersion, kindEvents, 0, 1, tagReserved, 1, 1, 'w', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f, 0}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -239,10 +247,10 @@ func FuzzDecodeEvents(f *testing.F) {
 			_, _ = decodeHello(b, true)
 			return
 		}
-		var e encoder
+		e := encoder{v: version(b)}
 		e.reset(base)
-		e.events(evs, true)
-		again, err := decodeEvents(nil, e.frameIn(version(b), e.at), base)
+		e.events(evs)
+		again, err := decodeEvents(nil, e.frame(e.at), base)
 		if err != nil || !reflect.DeepEqual(again, evs) {
 			t.Fatalf("re-encoded frame decodes as %+v, %v; want %+v", again, err, evs)
 		}

@@ -157,8 +157,8 @@ type assignment struct {
 	source string
 }
 
-// sequences is how many sequences a decodes: one for a peer's
-// assignment, which does not say.
+// sequences is how many sequences a decodes: one when not known (a peer
+// of wire version 2 or older does not say).
 func (a *assignment) sequences() int { return max(a.seqs, 1) }
 
 // pastFirst reports whether a is (believed to be) decoding at t. When the

@@ -40,6 +40,9 @@ type SharedAssignment struct {
 	OwnBlocks int
 	// Stream is set for streamed requests, whose first token is reported.
 	Stream bool
+	// Seqs is the sequences it decodes (Request.sequences: n choices ×
+	// prompts); 0 when the sender did not say, taken as one.
+	Seqs int
 	// SpecKeys are the KV index block keys the request will hold on its
 	// worker beyond what the worker held already (kvindex.Index.Speculate
 	// returns them); the receiver enters them as speculative.
@@ -141,7 +144,7 @@ func (r *Router) ApplyPeer(peer string, evs []PeerEvent) {
 			a := &assignment{
 				worker: sa.Worker, ledger: w, decided: sa.Decided, prompt: sa.Prompt, uncached: sa.Uncached,
 				blocks: sa.Blocks, start: sa.Start, first: sa.First, ownBlocks: sa.OwnBlocks, stream: sa.Stream,
-				remote: true,
+				seqs: sa.Seqs, remote: true,
 			}
 			a.work.budget = float64(r.cfg.budget(sa.Worker))
 			w.meter.route(sa.Uncached, now, r.cfg.RateWindow)
@@ -238,7 +241,7 @@ func (a *assignment) shared(keys []uint64) SharedAssignment {
 	sa := SharedAssignment{
 		ID: a.id, Worker: a.worker, Decided: a.decided, Start: a.start, First: a.first,
 		Prompt: a.prompt, Uncached: a.uncached, Blocks: a.blocks, OwnBlocks: a.ownBlocks, Stream: a.stream,
-		SpecKeys: keys,
+		Seqs: a.seqs, SpecKeys: keys,
 	}
 	if a.firstSeen {
 		sa.FirstAt = a.firstAt

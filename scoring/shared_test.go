@@ -102,7 +102,8 @@ func TestSharedLedgerSpreadsAcrossReplicas(t *testing.T) {
 
 // TestSharedLedgerCarriesFirstTokensAndSpeculation: a peer's reported
 // first token ends its prefill in the receiver's view, and the blocks the
-// sender's speculation entered travel with the reservation.
+// sender's speculation entered and the sequences it decodes travel with
+// the reservation.
 func TestSharedLedgerCarriesFirstTokensAndSpeculation(t *testing.T) {
 	t.Parallel()
 	a, b, sink := twoReplicas(t)
@@ -123,6 +124,20 @@ func TestSharedLedgerCarriesFirstTokensAndSpeculation(t *testing.T) {
 	}
 	if c := p.Candidates[0]; c.WorkAhead != 0 || c.Decoding != 1 {
 		t.Fatalf("after the peer's first token: work ahead %d, decoding %d; want 0 and 1", c.WorkAhead, c.Decoding)
+	}
+	// A request of 3 choices of 2 prompts decodes 6 sequences on either
+	// replica.
+	d, err = a.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(9, 0, 512), Stream: true, Choices: 3, Prompts: 2}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.r.FirstToken(d)
+	b.clock.Advance(time.Millisecond)
+	if p, err = b.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(8, 0, 512)}, ws); err != nil {
+		t.Fatal(err)
+	}
+	if c := p.Candidates[0]; c.Decoding != 1+6 {
+		t.Fatalf("after the first token of the peer's request of 6 sequences: decoding %d, want 7", c.Decoding)
 	}
 }
 
