@@ -136,6 +136,9 @@ func (l *learner) learn(a *assignment, o Outcome, now time.Time, eng engineTTFT)
 	}
 	perChoice := a.perChoice(o.CompletionTokens)
 	if perChoice > 0 {
+		if st.typ.out == 0 {
+			st.typ.out = float64(perChoice)
+		}
 		st.typ.out += alpha * (float64(perChoice) - st.typ.out)
 	}
 	if a.prompts > 1 {

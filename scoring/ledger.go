@@ -120,7 +120,8 @@ type assignment struct {
 	firstSeen bool
 	firstAt   time.Time
 	// ownBlocks is the KV blocks the request adds beyond its cached
-	// prefix: its uncached prompt and expected output.
+	// prefix: its uncached prompt and the expected output of each of its
+	// sequences.
 	ownBlocks int
 	// kvWait is the predicted wait for KV blocks included in start.
 	kvWait time.Duration

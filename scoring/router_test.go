@@ -739,6 +739,44 @@ func TestKVAdmissionWait(t *testing.T) {
 	}
 }
 
+// TestKVAdmissionCountsSequences: each of a request's n sequences writes
+// its own output into the KV cache, so the blocks it needs to be admitted,
+// and those it holds while it decodes, count its output n times.
+func TestKVAdmissionCountsSequences(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name           string
+		running, probe int // choices of the four decoding requests and of the probe
+		capacity       int
+		wantWait       bool
+	}{
+		// Each 4096-token decoder holds 256 + 4 blocks (64 output tokens).
+		{name: "one choice fits", running: 1, probe: 1, capacity: 1310},
+		{name: "eight choices need 32 more blocks", running: 1, probe: 8, capacity: 1310, wantWait: true},
+		{name: "beside decoders of one choice", running: 1, probe: 1, capacity: 1400},
+		{name: "beside decoders of eight choices", running: 8, probe: 1, capacity: 1400, wantWait: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+			ws := pool(1)
+			d, _ := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(0, 0, 160)}, ws)
+			g.r.Done(d, Outcome{End: EndCompleted, TTFT: 100 * time.Millisecond, Duration: 2100 * time.Millisecond,
+				PromptTokens: 160, CachedTokens: 0, CompletionTokens: 64})
+			for i := range 4 {
+				d, _ := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(i+1, 0, 4096), Stream: true, Choices: tt.running}, ws)
+				g.r.FirstToken(d)
+			}
+			g.load.reports["w0"] = loadReport{Running: 4, KVBlocks: tt.capacity, Scraped: g.clock.Now()}
+			p, _ := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(9, 0, 4096), Choices: tt.probe}, ws)
+			if q := p.Chosen.QueueWait; (q >= time.Second) != tt.wantWait {
+				t.Errorf("queue wait %v; want a KV wait: %v", q, tt.wantWait)
+			}
+		})
+	}
+}
+
 // TestShadowOfBaseline: with a baseline deciding, warmpath in shadow shows
 // what the baseline gave away, as negative regret.
 func TestShadowOfBaseline(t *testing.T) {

@@ -33,7 +33,7 @@ type SharedAssignment struct {
 	// Prompt is its prompt in tokens, Uncached the tokens it prefills
 	// (offloaded ones priced in), Blocks the KV blocks of its prompt and
 	// OwnBlocks those it adds beyond its cached prefix (uncached prompt and
-	// expected output).
+	// each sequence's expected output).
 	Prompt    int
 	Uncached  float64
 	Blocks    int
