@@ -315,6 +315,13 @@ type endedAssignment struct {
 // this within one scrape's age undercounts the reconciliation, never more.
 const maxEnded = 4096
 
+// ownBlocks is the KV blocks a request adds beyond its cached prefix: its
+// uncached prompt, and the typical output for each of its seqs sequences,
+// which decode side by side into blocks of their own.
+func ownBlocks(uncached float64, seqs int, typ typical, blockSize int) int {
+	return int(math.Ceil((uncached + float64(seqs)*typ.out) / float64(blockSize)))
+}
+
 // kvWait predicts how long a request needing need more KV blocks waits for
 // admission on an engine of capacity blocks: blocks are held by the
 // in-flight requests (their own blocks plus the largest shared prefix,

@@ -85,7 +85,7 @@ func (p *predictor) predict(r *Router, req *Request, d *Decision, ws Workers, f 
 		if !f.fresh[i] || capacity <= 0 {
 			capacity = r.cfg.KVBlocks[c.Worker]
 		}
-		need := int(math.Ceil((w.uncached() + float64(req.sequences())*typ.out) / float64(f.blockSize)))
+		need := ownBlocks(w.uncached(), req.sequences(), typ, f.blockSize)
 		v.kvWait[i] = p.ledgers[i].kvWait(now, capacity, need, l.kvUsage, f.blockSize, r.ledger.told, typ)
 		c.QueueWait = seconds(pr.queue) + v.kvWait[i]
 		c.Prefill = seconds(pr.prefill)

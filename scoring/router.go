@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
-	"math"
 	"sync"
 	"time"
 
@@ -245,7 +244,7 @@ func (r *Router) reserve(d *Decision, req *Request, v *view, idx int, f *facts, 
 		seqs:      req.sequences(),
 		out:       v.out,
 		kvWait:    v.kvWait[idx],
-		ownBlocks: int(math.Ceil((v.uncached[idx] + float64(req.sequences())*r.learn.worker(c.Worker).typ.out) / float64(bs))),
+		ownBlocks: ownBlocks(v.uncached[idx], req.sequences(), r.learn.worker(c.Worker).typ, bs),
 		source:    req.Source,
 	}
 	a.pred = prediction{queue: (c.QueueWait - a.kvWait).Seconds(), prefill: c.Prefill.Seconds(), overhead: c.Overhead.Seconds(), factor: v.factor[idx]}
