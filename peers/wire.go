@@ -72,7 +72,7 @@ const (
 	maxFrameEvents = 1 << 16
 	maxString      = 1 << 10
 	maxSpecKeys    = 1 << 20
-	maxSeqs        = 1 << 16
+	maxSeqs        = scoring.MaxSequences
 )
 
 // ErrFrame is wrapped by every decoding error.
@@ -162,7 +162,7 @@ func (e *encoder) reserved(a *scoring.SharedAssignment) {
 	}
 	e.b = append(e.b, s)
 	if e.version() >= 3 {
-		e.b = binary.AppendUvarint(e.b, uint64(max(a.Seqs, 0)))
+		e.b = binary.AppendUvarint(e.b, uint64(min(max(a.Seqs, 0), maxSeqs)))
 	}
 	e.b = binary.AppendUvarint(e.b, uint64(len(a.SpecKeys)))
 	for _, k := range a.SpecKeys {

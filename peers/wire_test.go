@@ -56,6 +56,19 @@ func TestEventsRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSequencesBounded: a reservation's sequences travel up to the bound
+// the decoder accepts, so that no request's n makes a frame undecodable.
+func TestSequencesBounded(t *testing.T) {
+	t.Parallel()
+	var e encoder
+	e.reset(time.Unix(0, 0))
+	e.reserved(&scoring.SharedAssignment{ID: 1, Worker: "w", Seqs: 1 << 40})
+	got, err := decodeEvents(nil, e.frame(e.at), time.Unix(0, 0))
+	if err != nil || len(got) != 1 || got[0].Assignment.Seqs != maxSeqs {
+		t.Fatalf("decoded %+v, %v; want one reservation of %d sequences", got, err, maxSeqs)
+	}
+}
+
 // testLesson is what a streamed response teaches, both fits, in values
 // float32 holds exactly.
 var testLesson = scoring.Lesson{Source: "cert:spiffe://envoy", Ratio: 1.25,

@@ -74,9 +74,16 @@ type Request struct {
 	Arrived time.Time
 }
 
+// MaxSequences bounds the sequences counted for one request. Neither the
+// client's n nor its list of prompts has a bound of its own, and their
+// product must neither overflow nor travel to peers as a count they refuse.
+const MaxSequences = 1 << 16
+
 // sequences is how many sequences the engine decodes for r: its choices
-// for each of its prompts.
-func (r *Request) sequences() int { return max(r.Choices, 1) * max(r.Prompts, 1) }
+// for each of its prompts, up to MaxSequences.
+func (r *Request) sequences() int {
+	return min(min(max(r.Choices, 1), MaxSequences)*min(max(r.Prompts, 1), MaxSequences), MaxSequences)
+}
 
 // Mode says how much the router knew when it decided.
 type Mode string

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -964,6 +965,27 @@ func TestStepLessAnswersTeachNothing(t *testing.T) {
 // times cheaper, and its length n times longer. It must count as n
 // sequences in the ledger, fit no decode step, and teach the length of one
 // choice.
+// TestRequestSequences: a request decodes its choices for each prompt, one
+// at least, and never more than MaxSequences however large n is.
+func TestRequestSequences(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ choices, prompts, want int }{
+		{0, 0, 1},
+		{-3, 0, 1},
+		{4, 0, 4},
+		{3, 2, 6},
+		{math.MaxInt, 3, MaxSequences},
+		{1 << 20, 1 << 20, MaxSequences},
+		{MaxSequences / 2, 3, MaxSequences},
+	}
+	for _, tt := range tests {
+		r := Request{Choices: tt.choices, Prompts: tt.prompts}
+		if got := r.sequences(); got != tt.want {
+			t.Errorf("%d choices of %d prompts: %d sequences, want %d", tt.choices, tt.prompts, got, tt.want)
+		}
+	}
+}
+
 func TestChoicesDecodeSideBySide(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
