@@ -10,6 +10,7 @@ import (
 type metrics struct {
 	decodeErrors     prometheus.Counter
 	emptyReceives    prometheus.Counter
+	unsignalled      prometheus.Counter
 	gaps             prometheus.Counter
 	replays          *prometheus.CounterVec
 	replayRounds     prometheus.Counter
@@ -35,6 +36,10 @@ func newMetrics(o component.Options, notCaughtUp func() float64) (*metrics, erro
 			Namespace: "warmpath", Subsystem: "kvevents", Name: "empty_receives_total",
 			Help: "Receives on a KV-event stream that found no message where the socket's events check said one was (an interrupted ZMQ_EVENTS); the stream waits again.",
 		}),
+		unsignalled: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "warmpath", Subsystem: "kvevents", Name: "unsignalled_total",
+			Help: "Live KV-event messages the socket's descriptor never signalled (an interrupted ZMQ_EVENTS), found by asking again after 100 ms of waiting.",
+		}),
 		gaps: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "warmpath", Subsystem: "kvevents", Name: "gaps_total",
 			Help: "Sequence gaps seen on KV-event streams.",
@@ -59,7 +64,7 @@ func newMetrics(o component.Options, notCaughtUp func() float64) (*metrics, erro
 		Namespace: "warmpath", Subsystem: "kvevents", Name: "streams_not_caught_up",
 		Help: "Worker streams whose replay from the start has not completed: warmpath does not know all of their cached blocks, and their workers do not count for readiness.",
 	}, notCaughtUp)
-	if err := o.Register("kvevents", m.decodeErrors, m.emptyReceives, m.gaps, m.replays, m.replayRounds, behind, skipped); err != nil {
+	if err := o.Register("kvevents", m.decodeErrors, m.emptyReceives, m.unsignalled, m.gaps, m.replays, m.replayRounds, behind, skipped); err != nil {
 		return nil, err
 	}
 	return m, nil

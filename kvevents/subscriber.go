@@ -316,6 +316,9 @@ func (st *stream) run(ctx context.Context) error {
 			resyncAt = time.Now().Add(st.s.resyncEvery)
 		}
 		m, ok, err := c.next()
+		if n := c.takeUnsignalled(); n > 0 {
+			st.s.m.unsignalled.Add(float64(n))
+		}
 		if errors.Is(err, ErrFrame) {
 			st.s.m.decodeErrors.Inc()
 			continue
