@@ -162,9 +162,11 @@ type conn struct {
 	// badFrames counts the messages a replay round dropped as malformed
 	// or cut short, for the caller to count (takeBadFrames).
 	badFrames int
-	// unsignalled counts the messages a wait found by asking the events
-	// check again after recheckWait, never signalled (takeUnsignalled).
+	// unsignalled counts the messages found by asking the events check
+	// again after a wait timed out, not by a signal (takeUnsignalled);
+	// timedOut is set when the last wait did.
 	unsignalled int
+	timedOut    bool
 }
 
 // takeBadFrames returns the messages replay rounds dropped since the last
@@ -274,7 +276,9 @@ func (c *conn) next() (m Message, ok bool, err error) {
 	// that arrives after ZMQ_EVENTS was read signals anew.
 	doubt := c.doubt
 	c.doubt = false
-	for rechecked := false; ; rechecked = true {
+	rechecked := c.timedOut
+	c.timedOut = false
+	for ; ; rechecked = true {
 		slice := recheckWait
 		if doubt {
 			slice = doubtWait
@@ -305,6 +309,7 @@ func (c *conn) next() (m Message, ok bool, err error) {
 			return Message{}, false, fmt.Errorf("receive: %w", err)
 		}
 		if !end.Before(deadline) {
+			c.timedOut = true
 			return Message{}, false, nil
 		}
 	}

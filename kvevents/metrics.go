@@ -38,7 +38,7 @@ func newMetrics(o component.Options, notCaughtUp func() float64) (*metrics, erro
 		}),
 		unsignalled: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "warmpath", Subsystem: "kvevents", Name: "unsignalled_total",
-			Help: "Live KV-event messages the socket's descriptor never signalled (an interrupted ZMQ_EVENTS), found by asking again after 100 ms of waiting.",
+			Help: "Live KV-event messages found by asking the socket again after a wait of at most 100 ms timed out, not by its descriptor's signal: mostly ones never signalled (an interrupted ZMQ_EVENTS or receive), now and then one that arrived as the wait ended.",
 		}),
 		gaps: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "warmpath", Subsystem: "kvevents", Name: "gaps_total",
