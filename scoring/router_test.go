@@ -699,6 +699,25 @@ func TestTokenizerReturnsNothing(t *testing.T) {
 	}
 }
 
+// kvFullPool is one worker of KV capacity blocks that has learnt, from
+// one outcome, a decode time of 2 s and 64 output tokens, and is decoding
+// four 4096-token requests of choices each: 4 × (256 + 4 × choices)
+// blocks held.
+func kvFullPool(t *testing.T, capacity, choices int) (*rig, Workers) {
+	t.Helper()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	ws := pool(1)
+	d, _ := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(0, 0, 160)}, ws)
+	g.r.Done(d, Outcome{End: EndCompleted, TTFT: 100 * time.Millisecond, Duration: 2100 * time.Millisecond,
+		PromptTokens: 160, CachedTokens: 0, CompletionTokens: 64})
+	for i := range 4 {
+		d, _ := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(i+1, 0, 4096), Stream: true, Choices: choices}, ws)
+		g.r.FirstToken(d)
+	}
+	g.load.reports["w0"] = loadReport{Running: 4, KVBlocks: capacity, Scraped: g.clock.Now()}
+	return g, ws
+}
+
 // TestKVAdmissionWait: when the engine's KV cache cannot take the request,
 // it waits until enough decoding requests end; that wait is part of the
 // predicted queue and is not fitted by calibration.
@@ -716,18 +735,7 @@ func TestKVAdmissionWait(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
-			ws := pool(1)
-			// One outcome teaches a decode time of 2 s and 64 output tokens.
-			d, _ := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(0, 0, 160)}, ws)
-			g.r.Done(d, Outcome{End: EndCompleted, TTFT: 100 * time.Millisecond, Duration: 2100 * time.Millisecond,
-				PromptTokens: 160, CachedTokens: 0, CompletionTokens: 64})
-			// Four 4096-token requests decoding: 4 × ≥256 blocks held.
-			for i := range 4 {
-				d, _ := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(i+1, 0, 4096), Stream: true}, ws)
-				g.r.FirstToken(d)
-			}
-			g.load.reports["w0"] = loadReport{Running: 4, KVBlocks: tt.capacity, Scraped: g.clock.Now()}
+			g, ws := kvFullPool(t, tt.capacity, 1)
 			p, _ := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(9, 0, 4096)}, ws)
 			q := p.Chosen.QueueWait
 			if tt.wantWait && (q < time.Second || q > 3*time.Second) {
@@ -760,16 +768,7 @@ func TestKVAdmissionCountsSequences(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
-			ws := pool(1)
-			d, _ := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(0, 0, 160)}, ws)
-			g.r.Done(d, Outcome{End: EndCompleted, TTFT: 100 * time.Millisecond, Duration: 2100 * time.Millisecond,
-				PromptTokens: 160, CachedTokens: 0, CompletionTokens: 64})
-			for i := range 4 {
-				d, _ := g.r.Pick(t.Context(), &Request{Model: "m", TokenIDs: prompt(i+1, 0, 4096), Stream: true, Choices: tt.running}, ws)
-				g.r.FirstToken(d)
-			}
-			g.load.reports["w0"] = loadReport{Running: 4, KVBlocks: tt.capacity, Scraped: g.clock.Now()}
+			g, ws := kvFullPool(t, tt.capacity, tt.running)
 			p, _ := g.r.Predict(t.Context(), &Request{Model: "m", TokenIDs: prompt(9, 0, 4096), Choices: tt.probe}, ws)
 			if q := p.Chosen.QueueWait; (q >= time.Second) != tt.wantWait {
 				t.Errorf("queue wait %v; want a KV wait: %v", q, tt.wantWait)
