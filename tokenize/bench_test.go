@@ -3,9 +3,11 @@ package tokenize
 import (
 	"encoding/json"
 	"flag"
+	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -189,4 +191,82 @@ func measureLoad(t *testing.T, data []byte) (float64, float64) {
 		best = min(best, cpuNow()-start)
 	}
 	return best.Seconds(), retainedHeap(t, data)
+}
+
+// BenchmarkEncodeOwnVocabularies tokenizes texts that each draw their
+// words from a vocabulary of their own (3,000 syllable compounds, beside
+// common words), as long chats on different subjects do: every text
+// brings words the last one did not use, so the merged-word cache is
+// read across more memory than one text's repeats. "polluted" sweeps
+// 16 MiB between texts, as a server's other work (bodies, the KV index)
+// does between two prompts. Run single core:
+//
+//	go test ./tokenize -run '^$' -bench OwnVocabularies -cpu 1 -count 6
+func BenchmarkEncodeOwnVocabularies(b *testing.B) {
+	tk := loadGoldenTokenizer(b, "qwen3")
+	texts := make([]string, 32)
+	size := 0
+	for i := range texts {
+		texts[i] = ownVocabularyText(uint64(i), 60_000)
+		size += len(texts[i])
+	}
+	for _, t := range texts { // the vocabularies' words merged once
+		tk.Encode(t, false)
+	}
+	sweep := make([]byte, 16<<20)
+	for _, pollute := range []bool{false, true} {
+		name := "clean"
+		if pollute {
+			name = "polluted"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(size / len(texts)))
+			i := 0
+			for b.Loop() {
+				if pollute {
+					b.StopTimer()
+					for j := 0; j < len(sweep); j += 64 {
+						sweep[j]++
+					}
+					b.StartTimer()
+				}
+				tk.Encode(texts[i%len(texts)], false)
+				i++
+			}
+		})
+	}
+}
+
+// ownVocabularyText returns about n words of prose whose vocabulary is its
+// own: a third of its words common English, the rest from 3,000
+// compounds of one to three syllables chosen by seed.
+func ownVocabularyText(seed uint64, n int) string {
+	syllables := strings.Fields("ba de fi go hu ka le mi no pu ra se ti vo wu ya ze an el in on ur ist ion ent ash")
+	common := strings.Fields("the of and to a in is that it for as on with was by at be this from or")
+	r := rand.New(rand.NewPCG(seed, 99))
+	own := make([]string, 3000)
+	for i := range own {
+		var w strings.Builder
+		for range 1 + r.IntN(3) {
+			w.WriteString(syllables[r.IntN(len(syllables))])
+		}
+		own[i] = w.String()
+	}
+	var b strings.Builder
+	for i := range n {
+		if r.IntN(3) == 0 {
+			b.WriteString(common[r.IntN(len(common))])
+		} else {
+			b.WriteString(own[r.IntN(len(own))])
+		}
+		switch {
+		case i%97 == 96:
+			b.WriteString(".\n\n")
+		case i%11 == 10:
+			b.WriteString(", ")
+		default:
+			b.WriteByte(' ')
+		}
+	}
+	return b.String()
 }
