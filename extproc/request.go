@@ -197,11 +197,11 @@ func fill(r *scoring.Request, b *body, defaultModel string) error {
 			return badf("field \"max_tokens\" is required")
 		}
 	case scoring.APICompletions:
-		ids, n, err := promptTokenIDs(b.Prompt)
+		ids, n, more, err := promptTokenIDs(b.Prompt)
 		if err != nil {
 			return err
 		}
-		r.TokenIDs, r.Prompts = ids, n
+		r.TokenIDs, r.Prompts, r.MorePrompts = ids, n, more
 	}
 	return nil
 }
@@ -213,49 +213,74 @@ func isJSONArray(raw rawRef) bool {
 
 // promptTokenIDs validates a completions prompt, which may be a string, a
 // list of strings, a list of token ids or a list of such lists, and returns
-// the token ids of the first prompt when the client sent ids, and how many
-// prompts it sent.
-func promptTokenIDs(raw rawRef) (ids []uint32, prompts int, err error) {
+// the token ids of the first prompt when the client sent ids, how many
+// prompts it sent, and the sizes of those after the first.
+func promptTokenIDs(raw rawRef) (ids []uint32, prompts int, more scoring.MorePrompts, err error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil, 0, badf("field \"prompt\" is required")
+		return nil, 0, more, badf("field \"prompt\" is required")
 	}
 	switch raw[0] {
 	case '"':
-		return nil, 1, nil
+		return nil, 1, more, nil
 	case '[':
 	default:
-		return nil, 0, badf("field \"prompt\" must be a string, a list of strings or a list of token ids")
+		return nil, 0, more, badf("field \"prompt\" must be a string, a list of strings or a list of token ids")
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, 0, badf("field \"prompt\": %v", err)
+		return nil, 0, more, badf("field \"prompt\": %v", err)
 	}
 	if len(items) == 0 {
-		return nil, 0, badf("field \"prompt\" must not be empty")
+		return nil, 0, more, badf("field \"prompt\" must not be empty")
 	}
 	switch items[0] = bytes.TrimSpace(items[0]); items[0][0] {
 	case '"':
 		var ss []string
 		if err := json.Unmarshal(raw, &ss); err != nil {
-			return nil, 0, badf("field \"prompt\": mixed list; want all strings or all token ids")
+			return nil, 0, more, badf("field \"prompt\": mixed list; want all strings or all token ids")
 		}
-		return nil, len(ss), nil
+		if len(ss) > 1 {
+			texts := make([][]byte, len(ss))
+			for i, s := range ss {
+				texts[i] = []byte(s)
+			}
+			more = scoring.MorePrompts{Text: true, FirstBytes: len(ss[0]), Parts: laterPrompts(texts)}
+		}
+		return nil, len(ss), more, nil
 	case '[':
 		var lists [][]uint32
 		if err := json.Unmarshal(raw, &lists); err != nil {
-			return nil, 0, badf("field \"prompt\": want lists of non-negative token ids")
+			return nil, 0, more, badf("field \"prompt\": want lists of non-negative token ids")
 		}
 		if len(lists[0]) == 0 {
-			return nil, 0, badf("field \"prompt\": empty token list")
+			return nil, 0, more, badf("field \"prompt\": empty token list")
 		}
-		return lists[0], len(lists), nil
+		if len(lists) > 1 {
+			more.Parts = laterPrompts(lists)
+		}
+		return lists[0], len(lists), more, nil
 	default:
 		if err := json.Unmarshal(raw, &ids); err != nil {
-			return nil, 0, badf("field \"prompt\": want a list of non-negative token ids")
+			return nil, 0, more, badf("field \"prompt\": want a list of non-negative token ids")
 		}
-		return ids, 1, nil
+		return ids, 1, more, nil
 	}
+}
+
+// laterPrompts returns the size of each prompt after the first and of
+// its longest common prefix with the first: in bytes for text, in tokens
+// for token ids.
+func laterPrompts[E byte | uint32](ps [][]E) []scoring.PromptPart {
+	parts := make([]scoring.PromptPart, len(ps)-1)
+	for i, p := range ps[1:] {
+		n := 0
+		for n < min(len(p), len(ps[0])) && p[n] == ps[0][n] {
+			n++
+		}
+		parts[i] = scoring.PromptPart{Size: len(p), Shared: n}
+	}
+	return parts
 }
 
 // ParseRequest builds the routing view of a request exactly as the ext_proc

@@ -3,6 +3,7 @@ package extproc
 import (
 	"bytes"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -48,9 +49,13 @@ func TestParseBody(t *testing.T) {
 		{"default model", scoring.APIChat, `{"messages":[{"role":"user","content":"hi"}]}`, "only", scoring.Request{Model: "only"}, false},
 		{"missing model", scoring.APIChat, `{"messages":[]}`, "", scoring.Request{}, true},
 		{"prompt string", scoring.APICompletions, `{"model":"m","prompt":"abc"}`, "", scoring.Request{Model: "m", Prompts: 1}, false},
-		{"prompt strings", scoring.APICompletions, `{"model":"m","prompt":["a","b"]}`, "", scoring.Request{Model: "m", Prompts: 2}, false},
+		{"prompt strings", scoring.APICompletions, `{"model":"m","prompt":["a","b"]}`, "", scoring.Request{Model: "m", Prompts: 2,
+			MorePrompts: scoring.MorePrompts{Text: true, FirstBytes: 1, Parts: []scoring.PromptPart{{Size: 1}}}}, false},
+		{"prompt strings sharing a prefix", scoring.APICompletions, `{"model":"m","prompt":["hello world","hello there","x","hello world!"]}`, "", scoring.Request{Model: "m", Prompts: 4,
+			MorePrompts: scoring.MorePrompts{Text: true, FirstBytes: 11, Parts: []scoring.PromptPart{{Size: 11, Shared: 6}, {Size: 1}, {Size: 12, Shared: 11}}}}, false},
 		{"prompt ids", scoring.APICompletions, `{"model":"m","prompt":[1,2,3],"cache_salt":"x"}`, "", scoring.Request{Model: "m", TokenIDs: []uint32{1, 2, 3}, CacheSalt: "x", Prompts: 1}, false},
-		{"prompt id lists", scoring.APICompletions, `{"model":"m","prompt":[[4,5],[6]]}`, "", scoring.Request{Model: "m", TokenIDs: []uint32{4, 5}, Prompts: 2}, false},
+		{"prompt id lists", scoring.APICompletions, `{"model":"m","prompt":[[4,5],[6],[4,5,6],[4]]}`, "", scoring.Request{Model: "m", TokenIDs: []uint32{4, 5}, Prompts: 4,
+			MorePrompts: scoring.MorePrompts{Parts: []scoring.PromptPart{{Size: 1}, {Size: 3, Shared: 2}, {Size: 1, Shared: 1}}}}, false},
 		{"negative id", scoring.APICompletions, `{"model":"m","prompt":[-1]}`, "", scoring.Request{}, true},
 		{"empty prompt list", scoring.APICompletions, `{"model":"m","prompt":[]}`, "", scoring.Request{}, true},
 		{"prompt object", scoring.APICompletions, `{"model":"m","prompt":{}}`, "", scoring.Request{}, true},
@@ -83,7 +88,8 @@ func TestParseBody(t *testing.T) {
 				t.Fatal(err)
 			}
 			if r.Model != tc.want.Model || r.Stream != tc.want.Stream || r.MaxTokens != tc.want.MaxTokens ||
-				r.Choices != tc.want.Choices || r.Prompts != tc.want.Prompts || r.CacheSalt != tc.want.CacheSalt || !slices.Equal(r.TokenIDs, tc.want.TokenIDs) {
+				r.Choices != tc.want.Choices || r.Prompts != tc.want.Prompts || r.CacheSalt != tc.want.CacheSalt || !slices.Equal(r.TokenIDs, tc.want.TokenIDs) ||
+				!reflect.DeepEqual(r.MorePrompts, tc.want.MorePrompts) {
 				t.Fatalf("got %+v, want %+v", r, tc.want)
 			}
 		})

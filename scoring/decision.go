@@ -1,6 +1,7 @@
 package scoring
 
 import (
+	"math"
 	"time"
 
 	"github.com/warmpath/warmpath/discovery"
@@ -56,8 +57,10 @@ type Request struct {
 	Choices int
 	// Prompts is how many prompts a completions request sent (a list of
 	// strings or of token-id lists); 0 or 1 is one. Routing follows the
-	// first.
-	Prompts int
+	// first; MorePrompts describes the others, whose prefill loads the
+	// worker too.
+	Prompts     int
+	MorePrompts MorePrompts
 	// Stream reports whether the client asked for a streamed response.
 	Stream bool
 	// Tenant is the trusted tenant identity, empty when unknown.
@@ -72,6 +75,50 @@ type Request struct {
 	SLO SLO
 	// Arrived is when the request headers reached warmpath.
 	Arrived time.Time
+}
+
+// MorePrompts describes the prompts after the first of a completions
+// request of several. vLLM prefills each as a request of its own, queued
+// behind the first, and finds the leading blocks a prompt shares with the
+// first cached by then. Sizes are in tokens when the client sent token
+// ids, in bytes when it sent text.
+type MorePrompts struct {
+	// Text says the sizes are bytes of text; FirstBytes is then the first
+	// prompt's, which with its token count gives the ratio to convert.
+	Text       bool
+	FirstBytes int
+	// Parts is each later prompt, in order.
+	Parts []PromptPart
+}
+
+// PromptPart is one prompt of a completions request: its size and the
+// size of its longest common prefix with the first prompt.
+type PromptPart struct{ Size, Shared int }
+
+// prefill returns the tokens the engine computes for the later prompts
+// beside the first, whose prompt is firstTokens long: each one's tokens
+// less the full blocks it shares with the first (never its last token,
+// which vLLM always computes). Text is converted at the first prompt's
+// own tokens per byte when both are known, else at bytesPerToken.
+func (m *MorePrompts) prefill(firstTokens, blockSize int, bytesPerToken float64) float64 {
+	if len(m.Parts) == 0 {
+		return 0
+	}
+	perUnit := 1.0
+	if m.Text {
+		perUnit = 1 / bytesPerToken
+		if m.FirstBytes > 0 && firstTokens > 0 {
+			perUnit = float64(firstTokens) / float64(m.FirstBytes)
+		}
+	}
+	bs := float64(max(blockSize, 1))
+	sum := 0.0
+	for _, p := range m.Parts {
+		size := max(math.Round(float64(p.Size)*perUnit), 1)
+		shared := min(math.Round(float64(p.Shared)*perUnit), size-1)
+		sum += size - math.Floor(shared/bs)*bs
+	}
+	return sum
 }
 
 // MaxSequences bounds the sequences counted for one request. Neither the
@@ -155,6 +202,9 @@ type Decision struct {
 	// what max_tokens and the model's learned outputs make likely.
 	PromptTokens int
 	OutputTokens int
+	// MorePrefillTokens is what a completions request's prompts after the
+	// first add to its prefill (MorePrompts), in tokens; 0 for one prompt.
+	MorePrefillTokens int
 	// Objective is what the warmpath policy minimised ("" for the
 	// baselines), and SLO the targets it checked under the slo objective.
 	Objective Objective

@@ -16,6 +16,7 @@ type Explanation struct {
 	TokenizeReason string              `json:"tokenize_reason,omitempty"`
 	PromptTokens   int                 `json:"prompt_tokens"`
 	OutputTokens   int                 `json:"output_tokens"`
+	MorePrefill    int                 `json:"more_prefill_tokens,omitempty"`
 	Objective      Objective           `json:"objective,omitempty"`
 	SLOTTFTMs      float64             `json:"slo_ttft_ms,omitempty"`
 	SLOTPOTMs      float64             `json:"slo_tpot_ms,omitempty"`
@@ -56,7 +57,8 @@ func (d *Decision) Explain() Explanation {
 	e := Explanation{
 		Chosen: d.Worker, Policy: d.Policy, Mode: d.Mode, Reason: d.Reason,
 		TokenizePath: d.TokenizePath, TokenizeReason: d.TokenizeReason, PromptTokens: d.PromptTokens, OutputTokens: d.OutputTokens,
-		Objective: d.Objective, SLOTTFTMs: ms(d.SLO.TTFT.Seconds()), SLOTPOTMs: ms(d.SLO.TPOT.Seconds()), StalePeers: d.StalePeers,
+		MorePrefill: d.MorePrefillTokens,
+		Objective:   d.Objective, SLOTTFTMs: ms(d.SLO.TTFT.Seconds()), SLOTPOTMs: ms(d.SLO.TPOT.Seconds()), StalePeers: d.StalePeers,
 		Workers: make([]WorkerExplanation, len(d.Candidates)),
 	}
 	for i, c := range d.Candidates {

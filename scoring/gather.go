@@ -3,6 +3,7 @@ package scoring
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -40,6 +41,10 @@ type facts struct {
 	// exact is set when ids were looked up in the index.
 	ids   []uint32
 	exact bool
+	// more is the prefill, in tokens, of a completions request's prompts
+	// after the first (MorePrompts.prefill), when the first's ids are
+	// known; without them the prompt's size counts every prompt already.
+	more float64
 	// chain is the prompt's text-block chain (approximate mode), nil when
 	// not needed or the prompt is shorter than one block.
 	chain []uint64
@@ -81,8 +86,11 @@ func (g *gatherer) gather(ctx context.Context, req *Request, ws Workers, d *Deci
 	var path, reason string
 	f.ids, path, reason = g.tokensOf(ctx, req, ws)
 	d.TokenizePath, d.TokenizeReason = path, reason
+	f.more = 0
 	if f.ids != nil {
 		d.PromptTokens = len(f.ids)
+		f.more = req.MorePrompts.prefill(len(f.ids), f.blockSize, g.cfg.BytesPerToken)
+		d.MorePrefillTokens = int(math.Round(f.more))
 		if g.index == nil {
 			d.TokenizeReason = "no prefix index"
 		} else {

@@ -109,9 +109,13 @@ type assignment struct {
 	ledger  *workerLedger
 	decided time.Time
 	// prompt and uncached are in tokens; blocks is the KV blocks the
-	// request occupies (prompt only).
+	// request occupies (prompt only). uncached includes more, the prefill
+	// of a completions request's prompts after the first (prompt is the
+	// first's): work the worker does for it, which the ones routed after
+	// it wait for.
 	prompt   int
 	uncached float64
+	more     float64
 	blocks   int
 	// start and first are the predicted start of its prefill and its
 	// first token; firstSeen is set when the caller reported it.
@@ -335,7 +339,7 @@ func (s *workerLedger) kvWait(now time.Time, capacity, need int, usage float64, 
 	held, shared := 0, 0
 	for _, a := range s.inflight {
 		held += a.ownBlocks
-		shared = max(shared, (a.prompt-int(a.uncached))/blockSize)
+		shared = max(shared, (a.prompt-int(a.uncached-a.more))/blockSize)
 	}
 	held += shared
 	if usage >= 0 {

@@ -59,3 +59,26 @@ func TestLedgerStreamCarriesStepRemainder(t *testing.T) {
 		})
 	}
 }
+
+// TestKVWaitCountsTheFirstPromptsCachedPrefix: the blocks an in-flight
+// request shares with others are its first prompt's cached prefix; the
+// later prompts of a completions request add prefill (uncached), not a
+// smaller shared prefix. Taken from uncached with them, a batch of prompts
+// whose first was cached counted no shared blocks, and a request that
+// must wait for blocks was predicted to fit.
+func TestKVWaitCountsTheFirstPromptsCachedPrefix(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	// A 4,096-token first prompt with 4,000 cached, and 3 later prompts
+	// of 512 tokens each: it holds its own 128 blocks beside the 250 it
+	// shares.
+	a := &assignment{prompt: 4096, uncached: 96 + 1536, more: 1536, ownBlocks: 128, first: now.Add(time.Second)}
+	s := &workerLedger{inflight: []*assignment{a}}
+	typ := typical{decode: 2}
+	if w := s.kvWait(now, 400, 20, -1, 16, false, typ); w != 0 {
+		t.Errorf("20 blocks beside 378 held of 400: waits %v, want none", w)
+	}
+	if w := s.kvWait(now, 400, 30, -1, 16, false, typ); w != 3*time.Second {
+		t.Errorf("30 blocks beside 378 held of 400: waits %v, want the 3 s until it ends", w)
+	}
+}

@@ -80,12 +80,12 @@ func (p *predictor) predict(r *Router, req *Request, d *Decision, ws Workers, f 
 		}
 		v.factor[i] = kvFactor(u, r.cfg.KVHigh, r.cfg.KVPenalty)
 		pr := predictTTFT(v.models[i], w, v.factor[i])
-		v.uncached[i] = w.uncached()
+		v.uncached[i] = w.uncached() + f.more
 		capacity := f.loads[i].KVBlocks
 		if !f.fresh[i] || capacity <= 0 {
 			capacity = r.cfg.KVBlocks[c.Worker]
 		}
-		need := ownBlocks(w.uncached(), req.sequences(), typ, f.blockSize)
+		need := ownBlocks(v.uncached[i], req.sequences(), typ, f.blockSize)
 		v.kvWait[i] = p.ledgers[i].kvWait(now, capacity, need, l.kvUsage, f.blockSize, r.ledger.told, typ)
 		c.QueueWait = seconds(pr.queue) + v.kvWait[i]
 		c.Prefill = seconds(pr.prefill)

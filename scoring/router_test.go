@@ -1074,6 +1074,69 @@ func TestSeveralPromptsTeachNoSpeed(t *testing.T) {
 	checkOutputTokens(t, g, ws, 50)
 }
 
+// TestMorePromptsPrefill: the later prompts of a completions request add
+// their tokens beyond the full blocks each shares with the first, and
+// never count their last token as shared; text converts at the first
+// prompt's own tokens per byte, else at the configured bytes per token.
+func TestMorePromptsPrefill(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		m     MorePrompts
+		first int
+		want  float64
+	}{
+		{"one prompt", MorePrompts{}, 100, 0},
+		{"ids, nothing shared", MorePrompts{Parts: []PromptPart{{Size: 40}, {Size: 7}}}, 100, 47},
+		{"ids, shared in full blocks", MorePrompts{Parts: []PromptPart{{Size: 50, Shared: 40}}}, 100, 50 - 32},
+		{"ids, the first again", MorePrompts{Parts: []PromptPart{{Size: 100, Shared: 100}}}, 100, 100 - 96},
+		{"ids, two blocks of the first", MorePrompts{Parts: []PromptPart{{Size: 32, Shared: 32}}}, 100, 32 - 16},
+		{"text at the first's tokens per byte", MorePrompts{Text: true, FirstBytes: 400, Parts: []PromptPart{{Size: 800, Shared: 400}}}, 100, 200 - 96},
+		{"text at bytes per token", MorePrompts{Text: true, Parts: []PromptPart{{Size: 400}}}, 0, 100},
+	}
+	for _, tt := range tests {
+		if got := tt.m.prefill(tt.first, 16, 4); got != tt.want {
+			t.Errorf("%s: %v tokens, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestSeveralPromptsLoadTheirWorker: vLLM prefills every prompt of a
+// completions request, each queued behind the first. The request's own
+// first token is the first prompt's, but the requests routed after it wait
+// for all of them: before, they waited for the first prompt's prefill
+// only, and a batch of 8 prompts loaded its worker as one.
+func TestSeveralPromptsLoadTheirWorker(t *testing.T) {
+	t.Parallel()
+	more := MorePrompts{Parts: []PromptPart{{Size: 512}, {Size: 512}, {Size: 512, Shared: 500}}}
+	pick := func(g *rig, req *Request) *Decision {
+		t.Helper()
+		d, err := g.r.Pick(t.Context(), req, pool(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	var first, next [2]*Decision
+	for i, m := range []MorePrompts{{}, more} {
+		g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+		first[i] = pick(g, &Request{Model: "m", TokenIDs: prompt(1, 0, 512), Prompts: 1 + len(m.Parts), MorePrompts: m})
+		next[i] = pick(g, &Request{Model: "m", TokenIDs: prompt(2, 0, 512)})
+	}
+	if got, want := first[1].MorePrefillTokens, 512+512+(512-496); got != want {
+		t.Errorf("MorePrefillTokens %d, want %d", got, want)
+	}
+	if first[1].Chosen.PredictedTTFT != first[0].Chosen.PredictedTTFT {
+		t.Errorf("the later prompts moved the request's own first token: %v, %v with one prompt", first[1].Chosen.PredictedTTFT, first[0].Chosen.PredictedTTFT)
+	}
+	if got, want := next[1].Chosen.WorkAhead, next[0].Chosen.WorkAhead+1040; got != want {
+		t.Errorf("the next request waits behind %d tokens, want %d (%d with one prompt before it)", got, want, next[0].Chosen.WorkAhead)
+	}
+	if next[1].Chosen.QueueWait <= next[0].Chosen.QueueWait {
+		t.Errorf("the next request's queue wait %v is no longer than behind one prompt (%v)", next[1].Chosen.QueueWait, next[0].Chosen.QueueWait)
+	}
+}
+
 // checkOutputTokens checks the output length a decision expects for a
 // request without max_tokens: the mean length of one choice learnt so far.
 func checkOutputTokens(t *testing.T, g *rig, ws Workers, want int) {
