@@ -57,9 +57,9 @@ func (d *Decision) Explain() Explanation {
 	e := Explanation{
 		Chosen: d.Worker, Policy: d.Policy, Mode: d.Mode, Reason: d.Reason,
 		TokenizePath: d.TokenizePath, TokenizeReason: d.TokenizeReason, PromptTokens: d.PromptTokens, OutputTokens: d.OutputTokens,
+		Objective: d.Objective, SLOTTFTMs: ms(d.SLO.TTFT.Seconds()), SLOTPOTMs: ms(d.SLO.TPOT.Seconds()), StalePeers: d.StalePeers,
 		MorePrefill: d.MorePrefillTokens,
-		Objective:   d.Objective, SLOTTFTMs: ms(d.SLO.TTFT.Seconds()), SLOTPOTMs: ms(d.SLO.TPOT.Seconds()), StalePeers: d.StalePeers,
-		Workers: make([]WorkerExplanation, len(d.Candidates)),
+		Workers:     make([]WorkerExplanation, len(d.Candidates)),
 	}
 	for i, c := range d.Candidates {
 		e.Workers[i] = WorkerExplanation{

@@ -1126,6 +1126,9 @@ func TestSeveralPromptsLoadTheirWorker(t *testing.T) {
 	if got, want := first[1].MorePrefillTokens, 512+512+(512-496); got != want {
 		t.Errorf("MorePrefillTokens %d, want %d", got, want)
 	}
+	if got := first[1].Explain().MorePrefill; got != first[1].MorePrefillTokens {
+		t.Errorf("the explanation shows %d more prefill tokens, the decision %d", got, first[1].MorePrefillTokens)
+	}
 	if first[1].Chosen.PredictedTTFT != first[0].Chosen.PredictedTTFT {
 		t.Errorf("the later prompts moved the request's own first token: %v, %v with one prompt", first[1].Chosen.PredictedTTFT, first[0].Chosen.PredictedTTFT)
 	}
