@@ -459,6 +459,9 @@ func TestLiveDuringReplay(t *testing.T) {
 					counterValue(t, reg, "warmpath_kvindex_resets_total", "gap_after_replay"),
 					counterValue(t, reg, "warmpath_kvindex_resets_total", "replay_failed"))
 			}
+			// A chained replay applies prompts[7] in its rounds and counts
+			// itself after them (its gap before them).
+			waitFor(t, "the replays counted", func() bool { return statusOf(subs, src).Replays-before.Replays >= tc.replays })
 			if st := statusOf(subs, src); st.Gaps-before.Gaps != tc.gaps || st.Replays-before.Replays != tc.replays {
 				t.Errorf("%d gaps and %d replays, want %d and %d", st.Gaps-before.Gaps, st.Replays-before.Replays, tc.gaps, tc.replays)
 			}
