@@ -320,9 +320,7 @@ func (c *conn) next() (m Message, ok bool, err error) {
 	if err != nil && len(frames) == 0 && c.pollin() {
 		frames, err = c.recv()
 	}
-	if err != nil && len(frames) > 0 {
-		frames, err = rest(c.sub, frames)
-	}
+	frames, err = whole(c.sub, frames, err)
 	switch {
 	case err != nil && len(frames) == 0:
 		c.doubt = true
@@ -335,6 +333,16 @@ func (c *conn) next() (m Message, ok bool, err error) {
 	}
 	m, err = parseLive(frames)
 	return m, err == nil, err
+}
+
+// whole completes the receive from s that gave frames and err: one a
+// signal interrupted after some frames gets the rest of its message
+// (rest); one interrupted before its first, or whole, is returned as is.
+func whole(s *goczmq.Sock, frames [][]byte, err error) ([][]byte, error) {
+	if err != nil && len(frames) > 0 {
+		return rest(s, frames)
+	}
+	return frames, err
 }
 
 // restTries bounds the receives rest tries for a message's next frame.
@@ -438,9 +446,7 @@ func (c *conn) replayRound(ctx context.Context, start uint64, timeout, quiet tim
 			if err != nil && len(frames) == 0 {
 				continue // interrupted before a frame: the message is still there
 			}
-			if err != nil {
-				frames, err = rest(c.sub, frames)
-			}
+			frames, err = whole(c.sub, frames, err)
 			m, perr := parseLive(frames)
 			if err != nil || perr != nil {
 				// Cut short or malformed, as next reads it: lost, and the
@@ -454,9 +460,7 @@ func (c *conn) replayRound(ctx context.Context, start uint64, timeout, quiet tim
 			if err != nil && len(frames) == 0 {
 				continue
 			}
-			if err != nil {
-				frames, err = rest(dealer, frames)
-			}
+			frames, err = whole(dealer, frames, err)
 			m, end, perr := parseReplay(frames)
 			if err != nil || perr != nil {
 				c.badFrames++ // a hole the next round asks again
