@@ -395,8 +395,7 @@ func (st *stream) live(ctx context.Context, m Message) {
 		st.reset("seq_backwards")
 		st.apply(m)
 	default:
-		st.s.m.gaps.Inc()
-		st.s.update(st.spec.src, func(ss *StreamStatus) { ss.Gaps++ })
+		st.countGap()
 		if st.spec.replay == "" {
 			st.reset("gap_no_replay")
 			st.apply(m)
@@ -404,6 +403,13 @@ func (st *stream) live(ctx context.Context, m Message) {
 		}
 		st.replayFrom(ctx, st.next, m)
 	}
+}
+
+// countGap counts a gap in the stream's seqs that a replay will fill, in
+// the metric and in the stream's status.
+func (st *stream) countGap() {
+	st.s.m.gaps.Inc()
+	st.s.update(st.spec.src, func(ss *StreamStatus) { ss.Gaps++ })
 }
 
 // replayFrom replays from start in rounds: each applies what follows the
@@ -525,8 +531,7 @@ func (st *stream) replayChained(ctx context.Context, start uint64, chained int, 
 			// Duplicate of a replayed batch.
 		case complete && chained < maxChainedReplays:
 			// Dropped while the replay ran: ask the engine again.
-			st.s.m.gaps.Inc()
-			st.s.update(st.spec.src, func(ss *StreamStatus) { ss.Gaps++ })
+			st.countGap()
 			ok := st.replayChained(ctx, st.next, chained+1, pending[i:])
 			if ok && st.dups {
 				// Live duplicates of this replay's batches may still come.
