@@ -69,9 +69,9 @@ func (m *decodeMeter) advance(t time.Time) {
 // from now on. It returns the reading its decode window starts from.
 func (m *decodeMeter) started(a *assignment, t time.Time) meterReading {
 	m.advance(t)
-	n := float64(a.sequences())
+	n, ctx := a.decoding()
 	m.seqs += n
-	m.ctx += n * float64(a.prompt)
+	m.ctx += ctx
 	m.sum.prefilled += a.uncached
 	return m.reading()
 }
@@ -87,9 +87,9 @@ func (m *decodeMeter) reading() meterReading {
 func (m *decodeMeter) ended(a *assignment, t time.Time) meterReading {
 	m.advance(t)
 	if a.firstSeen {
-		n := float64(a.sequences())
+		n, ctx := a.decoding()
 		m.seqs = max(m.seqs-n, 0)
-		m.ctx = max(m.ctx-n*float64(a.prompt), 0)
+		m.ctx = max(m.ctx-ctx, 0)
 	} else {
 		m.sum.prefilled += a.uncached
 	}

@@ -166,6 +166,14 @@ type assignment struct {
 // of wire version 2 or older does not say).
 func (a *assignment) sequences() int { return max(a.seqs, 1) }
 
+// decoding is what a adds to its worker's decode steps once past its
+// first token: its sequences, and the context tokens they read (each its
+// prompt).
+func (a *assignment) decoding() (seqs, ctx float64) {
+	n := float64(a.sequences())
+	return n, n * float64(a.prompt)
+}
+
 // pastFirst reports whether a is (believed to be) decoding at t. When the
 // caller reports first tokens (told), only a reported first token counts;
 // otherwise the predicted first token time does.
@@ -430,9 +438,9 @@ func (s *workerLedger) load(now time.Time, r discovery.EngineLoad, fresh bool, b
 	var streamStart time.Time
 	for _, a := range s.inflight {
 		if a.pastFirst(now, told) {
-			n := float64(a.sequences())
+			n, ctx := a.decoding()
 			l.decoding += n
-			l.decodeCtx += n * float64(a.prompt)
+			l.decodeCtx += ctx
 		} else {
 			if told && a.stream {
 				if streamStart.IsZero() {
