@@ -84,6 +84,28 @@ func BenchmarkLoad(b *testing.B) {
 	}
 }
 
+// BenchmarkCollectLoaded is a full garbage collection with one tokenizer
+// loaded and nothing else live: the marking a router's every collection
+// does for each model it serves. cpu-ns/op counts the work of every
+// processor the collector used.
+func BenchmarkCollectLoaded(b *testing.B) {
+	for _, fam := range goldenFamilies {
+		b.Run(fam, func(b *testing.B) {
+			tk, err := Load(filepath.Join("testdata", "models", fam))
+			if err != nil {
+				b.Fatal(err)
+			}
+			runtime.GC()
+			c0 := cpuNow()
+			for b.Loop() {
+				runtime.GC()
+			}
+			b.ReportMetric(float64(cpuNow()-c0)/float64(b.N), "cpu-ns/op")
+			runtime.KeepAlive(tk)
+		})
+	}
+}
+
 // retainedHeap returns the heap one loaded tokenizer keeps alive: the
 // growth of the live heap over three tokenizers kept at once, divided by 3.
 func retainedHeap(tb testing.TB, data []byte) float64 {

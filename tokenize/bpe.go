@@ -81,7 +81,7 @@ const noMerge = ^uint64(0)
 // vocabulary by raw bytes (the byte-to-unicode mapping undone), so words are
 // merged as bytes; other models key it by the normalized text.
 type bpeModel struct {
-	vocab        map[string]uint32
+	vocab        vocabTable
 	merges       *pairTable
 	byteLevel    bool
 	byteID       [256]uint32
@@ -117,7 +117,7 @@ type bpeModel struct {
 // sentencePieceSplit enables cutting words before U+2581 where exact.
 func (m *bpeModel) sentencePieceSplit(vocab []vocabEntry) {
 	const sp = '\u2581'
-	if _, ok := m.vocab[string(sp)]; !ok || m.byteLevel {
+	if _, ok := m.vocab.get(string(sp)); !ok || m.byteLevel {
 		return
 	}
 	m.splitRune, m.joinBefore = sp, make(map[rune]bool)
@@ -150,7 +150,7 @@ func (m *bpeModel) encodeWord(w []byte, ids []uint32, sc *bpeScratch) []uint32 {
 		return ids
 	}
 	if m.ignoreMerges {
-		if id, ok := m.vocab[string(w)]; ok {
+		if id, ok := m.vocab.getBytes(w); ok {
 			return append(ids, id)
 		}
 	}
@@ -189,7 +189,7 @@ func (m *bpeModel) mergeWord(w []byte, ids []uint32, sc *bpeScratch) []uint32 {
 // one vocabulary token skips the merge loop once that is known.
 func (m *bpeModel) mergeUncached(w []byte, ids []uint32, sc *bpeScratch) []uint32 {
 	if len(w) <= smallWord {
-		if id, ok := m.vocab[string(w)]; ok && int(id) < len(m.whole) {
+		if id, ok := m.vocab.getBytes(w); ok && int(id) < len(m.whole) {
 			switch atomic.LoadUint32(&m.whole[id]) {
 			case 1:
 				return append(ids, id)
@@ -234,7 +234,7 @@ func (m *bpeModel) initialSymbols(w []byte, syms []uint32) []uint32 {
 		_, n := runeAt(w, i)
 		ch := w[i : i+n]
 		i += n
-		if id, ok := m.vocab[string(ch)]; ok {
+		if id, ok := m.vocab.getBytes(ch); ok {
 			if pendingUnk {
 				syms = append(syms, m.unk)
 				pendingUnk = false

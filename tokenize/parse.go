@@ -178,10 +178,10 @@ type modelJSON struct {
 	Merges                  json.RawMessage `json:"merges"`
 }
 
-func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, []string, error) {
+func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, idStrings, error) {
 	fields, err := splitObject(raw)
 	if err != nil {
-		return nil, nil, fmt.Errorf("parse model: %w", err)
+		return nil, idStrings{}, fmt.Errorf("parse model: %w", err)
 	}
 	small := make(map[string]json.RawMessage, len(fields))
 	for k, v := range fields {
@@ -191,31 +191,30 @@ func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, []string, error
 	}
 	smallJSON, err := json.Marshal(small)
 	if err != nil {
-		return nil, nil, fmt.Errorf("parse model: %w", err)
+		return nil, idStrings{}, fmt.Errorf("parse model: %w", err)
 	}
 	var mj modelJSON
 	if err := json.Unmarshal(smallJSON, &mj); err != nil {
-		return nil, nil, fmt.Errorf("parse model: %w", err)
+		return nil, idStrings{}, fmt.Errorf("parse model: %w", err)
 	}
 	mj.Vocab, mj.Merges = fields["vocab"], fields["merges"]
 	if mj.Type != "BPE" {
-		return nil, nil, fmt.Errorf("%w: model %q", ErrUnsupported, mj.Type)
+		return nil, idStrings{}, fmt.Errorf("%w: model %q", ErrUnsupported, mj.Type)
 	}
 	if mj.Dropout != nil && *mj.Dropout != 0 {
-		return nil, nil, fmt.Errorf("%w: BPE dropout", ErrUnsupported)
+		return nil, idStrings{}, fmt.Errorf("%w: BPE dropout", ErrUnsupported)
 	}
 	if mj.ContinuingSubwordPrefix != nil && *mj.ContinuingSubwordPrefix != "" {
-		return nil, nil, fmt.Errorf("%w: continuing_subword_prefix", ErrUnsupported)
+		return nil, idStrings{}, fmt.Errorf("%w: continuing_subword_prefix", ErrUnsupported)
 	}
 	if mj.EndOfWordSuffix != nil && *mj.EndOfWordSuffix != "" {
-		return nil, nil, fmt.Errorf("%w: end_of_word_suffix", ErrUnsupported)
+		return nil, idStrings{}, fmt.Errorf("%w: end_of_word_suffix", ErrUnsupported)
 	}
 	vocab, err := parseVocab(mj.Vocab)
 	if err != nil {
-		return nil, nil, err
+		return nil, idStrings{}, err
 	}
 	m := &bpeModel{
-		vocab:        make(map[string]uint32, len(vocab)),
 		byteLevel:    byteLevel,
 		ignoreMerges: mj.IgnoreMerges,
 		byteFallback: mj.ByteFallback,
@@ -226,7 +225,7 @@ func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, []string, error
 		maxID = max(maxID, e.id)
 	}
 	if int(maxID) > 16*len(vocab)+1024 {
-		return nil, nil, fmt.Errorf("parse model: id %d is far beyond a vocabulary of %d", maxID, len(vocab))
+		return nil, idStrings{}, fmt.Errorf("parse model: id %d is far beyond a vocabulary of %d", maxID, len(vocab))
 	}
 	idToToken := make([]string, int(maxID)+1)
 	m.whole = make([]uint32, int(maxID)+1)
@@ -239,34 +238,32 @@ func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, []string, error
 		return byteLevelDecodeInto(dst, s)
 	}
 	var buf []byte
+	var keys vocabBuilder
 	for _, e := range vocab {
 		idToToken[e.id] = e.tok
 		var ok bool
-		if buf, ok = key(buf[:0], unsafeBytes(e.tok)); ok {
-			if byteLevel && string(buf) == e.tok {
-				m.vocab[e.tok] = e.id // share the string
-			} else {
-				m.vocab[string(buf)] = e.id
-			}
+		if buf, ok = key(buf[:0], unsafeBytes(e.tok)); ok && !keys.add(buf, e.id) {
+			return nil, idStrings{}, fmt.Errorf("parse model: the vocabulary's keys pass 2 GiB")
 		}
 	}
+	m.vocab = keys.build()
 	if byteLevel {
 		for b := 0; b < 256; b++ {
-			m.byteID[b], m.byteOK[b] = m.vocab[string([]byte{byte(b)})]
+			m.byteID[b], m.byteOK[b] = m.vocab.get(string([]byte{byte(b)}))
 		}
 	}
 	if mj.ByteFallback {
 		m.fallbackOK = true
 		for b := 0; b < 256; b++ {
-			id, ok := m.vocab[fmt.Sprintf("<0x%02X>", b)]
+			id, ok := m.vocab.get(fmt.Sprintf("<0x%02X>", b))
 			m.fallbackID[b] = id
 			m.fallbackOK = m.fallbackOK && ok
 		}
 	}
 	if mj.UnkToken != nil {
-		id, ok := m.vocab[*mj.UnkToken]
+		id, ok := m.vocab.get(*mj.UnkToken)
 		if !ok {
-			return nil, nil, fmt.Errorf("parse model: unk_token %q not in vocab", *mj.UnkToken)
+			return nil, idStrings{}, fmt.Errorf("parse model: unk_token %q not in vocab", *mj.UnkToken)
 		}
 		m.unk, m.hasUnk = id, true
 	}
@@ -279,9 +276,9 @@ func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, []string, error
 		kbuf, okA := key(kbuf, a)
 		na := len(kbuf)
 		kbuf, okB := key(kbuf, b)
-		idA, okA2 := m.vocab[string(kbuf[:na])]
-		idB, okB2 := m.vocab[string(kbuf[na:])]
-		idN, okN := m.vocab[string(kbuf)]
+		idA, okA2 := m.vocab.getBytes(kbuf[:na])
+		idB, okB2 := m.vocab.getBytes(kbuf[na:])
+		idN, okN := m.vocab.getBytes(kbuf)
 		if !(okA && okB && okA2 && okB2 && okN) {
 			return fmt.Errorf("parse model: merge %d (%q %q) uses a token not in the vocabulary", rank, a, b)
 		}
@@ -290,9 +287,9 @@ func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, []string, error
 		return nil
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, idStrings{}, err
 	}
-	return m, idToToken, nil
+	return m, newIDStrings(idToToken), nil
 }
 
 type vocabEntry struct {

@@ -37,7 +37,7 @@ type Tokenizer struct {
 	prefixIDs  []uint32 // post-processor ids before a single sequence
 	suffixIDs  []uint32 // post-processor ids after it
 	dec        tokenDecoder
-	idToToken  []string // model vocabulary as tokenizer.json spells it
+	idToToken  idStrings // model vocabulary as tokenizer.json spells it
 
 	// splitSafe reports whether text may be split at pre-token boundaries
 	// and tokenized piecewise (byte-level BPE after a Split pre-tokenizer,
@@ -238,13 +238,13 @@ func (t *Tokenizer) TokenID(s string) (uint32, bool) {
 		}
 		key = string(b)
 	}
-	id, ok := t.model.vocab[key]
+	id, ok := t.model.vocab.get(key)
 	return id, ok
 }
 
 // VocabSize returns one more than the largest token id.
 func (t *Tokenizer) VocabSize() int {
-	n := len(t.idToToken)
+	n := t.idToToken.len()
 	for _, a := range t.added {
 		n = max(n, int(a.ID)+1)
 	}
@@ -256,8 +256,8 @@ func (t *Tokenizer) token(id uint32) (string, bool) {
 	if i, ok := t.addedByID[id]; ok {
 		return t.added[i].Content, true
 	}
-	if int(id) < len(t.idToToken) && t.idToToken[id] != "" {
-		return t.idToToken[id], true
+	if s := t.idToToken.get(id); s != "" {
+		return s, true
 	}
 	return "", false
 }

@@ -15,3 +15,9 @@ func offsetIn(whole, sub []byte) int {
 	}
 	return int(uintptr(unsafe.Pointer(unsafe.SliceData(sub))) - uintptr(unsafe.Pointer(unsafe.SliceData(whole))))
 }
+
+// unsafeString returns b as a string without copying. Callers must not
+// modify b while the string is in use.
+func unsafeString(b []byte) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}

@@ -17,7 +17,7 @@ const (
 // wordCache is a two-way set-associative, lock-free cache of merged
 // words: the ids mergeWord gave each short pre-token, so that a repeated
 // word costs one hash and a cache line or two instead of a vocabulary
-// lookup (a 150K-entry map) or a merge. A word hashes to a set of two
+// lookup (a 150K-entry table) or a merge. A word hashes to a set of two
 // slots, side by side; a new word takes an empty one, else one of the two
 // in turn. Direct-mapped, two words of one text that shared a slot evicted
 // each other at every use: about 1% of the words of a long prompt, each
