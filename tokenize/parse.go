@@ -289,7 +289,11 @@ func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, idStrings, erro
 	if err != nil {
 		return nil, idStrings{}, err
 	}
-	return m, newIDStrings(idToToken), nil
+	tokens, ok := newIDStrings(idToToken)
+	if !ok {
+		return nil, idStrings{}, fmt.Errorf("parse model: the vocabulary's tokens pass 4 GiB")
+	}
+	return m, tokens, nil
 }
 
 type vocabEntry struct {

@@ -2,6 +2,7 @@ package tokenize
 
 import (
 	"hash/maphash"
+	"math"
 	"math/bits"
 )
 
@@ -114,11 +115,15 @@ type idStrings struct {
 	ends []uint32
 }
 
-// newIDStrings returns the strings of ids 0…len(byID)−1.
-func newIDStrings(byID []string) idStrings {
+// newIDStrings returns the strings of ids 0…len(byID)−1; false when
+// together they pass the 4 GiB its offsets can address.
+func newIDStrings(byID []string) (idStrings, bool) {
 	n := 0
 	for _, s := range byID {
 		n += len(s)
+	}
+	if uint64(n) > math.MaxUint32 {
+		return idStrings{}, false
 	}
 	all := make([]byte, 0, n)
 	ends := make([]uint32, len(byID))
@@ -126,7 +131,7 @@ func newIDStrings(byID []string) idStrings {
 		all = append(all, s...)
 		ends[i] = uint32(len(all))
 	}
-	return idStrings{all: string(all), ends: ends}
+	return idStrings{all: string(all), ends: ends}, true
 }
 
 // get returns the string of id, empty when it has none.

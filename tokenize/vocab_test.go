@@ -59,7 +59,10 @@ func TestVocabTableActsAsMap(t *testing.T) {
 
 func TestIDStrings(t *testing.T) {
 	byID := []string{"a", "", "bcd", "", "ef"}
-	s := newIDStrings(byID)
+	s, ok := newIDStrings(byID)
+	if !ok {
+		t.Fatal("newIDStrings refused 5 bytes")
+	}
 	if s.len() != len(byID) {
 		t.Errorf("len() = %d, want %d", s.len(), len(byID))
 	}
