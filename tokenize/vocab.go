@@ -74,7 +74,7 @@ type vocabBuilder struct {
 // add adds key with id. It reports false, adding nothing, when the keys
 // would pass the table's 2 GiB of key bytes.
 func (b *vocabBuilder) add(key []byte, id uint32) bool {
-	if len(b.keys)+len(key) >= slotUsed {
+	if uint64(len(b.keys))+uint64(len(key)) >= slotUsed {
 		return false
 	}
 	b.keys = append(b.keys, key...)
