@@ -32,10 +32,43 @@ type outcome struct {
 // client's body in FULL_DUPLEX_STREAMED mode (its read buffer).
 const bodyChunk = 16 << 10
 
-// play sends one request on a new ext_proc stream as Envoy does in
-// FULL_DUPLEX_STREAMED mode, waits for the routing reply, calls routed with
-// the chosen endpoint, and plays the response through the stream.
-func play(ctx context.Context, conn *grpc.ClientConn, body []byte, resp response, promptTokens int, routed func(endpoint string) (cached int)) outcome {
+// bodyMode is how the driver sends a request body: as Envoy's ext_proc
+// filter does in the request_body_mode of that name. The response is
+// FULL_DUPLEX_STREAMED in both.
+type bodyMode int
+
+const (
+	// fullDuplex (FULL_DUPLEX_STREAMED, the Inference Extension's
+	// protocol): the body in bodyChunk pieces as it arrives; the processor
+	// holds it, routes, and sends it back.
+	fullDuplex bodyMode = iota
+	// buffered (BUFFERED): Envoy answers the headers' ack, holds the whole
+	// body up to its buffer limit and sends it in one message; the
+	// processor routes in its reply and sends nothing of the body back.
+	buffered
+)
+
+func (m bodyMode) String() string {
+	if m == buffered {
+		return "BUFFERED"
+	}
+	return "FULL_DUPLEX_STREAMED"
+}
+
+func parseBodyMode(s string) (bodyMode, error) {
+	switch s {
+	case "full-duplex":
+		return fullDuplex, nil
+	case "buffered":
+		return buffered, nil
+	}
+	return 0, fmt.Errorf("body mode %q: want full-duplex or buffered", s)
+}
+
+// play sends one request on a new ext_proc stream as Envoy does in mode,
+// waits for the routing reply, calls routed with the chosen endpoint, and
+// plays the response through the stream.
+func play(ctx context.Context, conn *grpc.ClientConn, mode bodyMode, body []byte, resp response, promptTokens int, routed func(endpoint string) (cached int)) outcome {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	st, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
@@ -44,21 +77,30 @@ func play(ctx context.Context, conn *grpc.ClientConn, body []byte, resp response
 	}
 	// Replies are read in their own goroutine, as Envoy reads them while it
 	// keeps sending; the first that routes (or rejects) the request is
-	// handed over.
+	// handed over. In BUFFERED mode the headers' reply is an ack that
+	// comes first, and the body's reply routes.
 	routing := make(chan *extprocv3.ProcessingResponse, 1)
+	acked := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sent := false
+		sent, ack := false, mode == buffered
 		for {
 			r, err := st.Recv()
 			if err != nil {
+				if ack {
+					close(acked)
+				}
 				if !sent {
 					close(routing)
 				}
 				return
 			}
-			if !sent && (r.GetRequestHeaders() != nil || r.GetImmediateResponse() != nil) {
+			switch {
+			case ack && r.GetRequestHeaders() != nil:
+				close(acked)
+				ack = false
+			case !sent && (r.GetImmediateResponse() != nil || !ack && routes(mode, r)):
 				routing <- r
 				sent = true
 			}
@@ -80,12 +122,23 @@ func play(ctx context.Context, conn *grpc.ClientConn, body []byte, resp response
 		{":scheme", "http"}, {"content-type", "application/json"}, {"content-length", fmt.Sprint(len(body))}} {
 		hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: kv[0], RawValue: []byte(kv[1])})
 	}
+	reqMode, chunk := filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, bodyChunk
+	if mode == buffered {
+		reqMode, chunk = filterv3.ProcessingMode_BUFFERED, len(body)
+	}
 	err = st.Send(&extprocv3.ProcessingRequest{
 		ProtocolConfig: &extprocv3.ProtocolConfiguration{
-			RequestBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, ResponseBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED},
+			RequestBodyMode: reqMode, ResponseBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED},
 		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hm}}})
-	for off := 0; err == nil && off < len(body); off += bodyChunk {
-		end := min(off+bodyChunk, len(body))
+	if err == nil && mode == buffered {
+		select { // Envoy sends the buffered body after the headers' reply
+		case <-acked:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	for off := 0; err == nil && off < len(body); off += chunk {
+		end := min(off+chunk, len(body))
 		err = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 			RequestBody: &extprocv3.HttpBody{Body: body[off:end], EndOfStream: end == len(body)}}})
 	}
@@ -106,7 +159,11 @@ func play(ctx context.Context, conn *grpc.ClientConn, body []byte, resp response
 		cancel()
 		return o
 	}
-	for _, h := range r.GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
+	common := r.GetRequestHeaders().GetResponse()
+	if mode == buffered {
+		common = r.GetRequestBody().GetResponse()
+	}
+	for _, h := range common.GetHeaderMutation().GetSetHeaders() {
 		if h.GetHeader().GetKey() == "x-gateway-destination-endpoint" {
 			o.worker = string(h.GetHeader().GetRawValue())
 			if o.worker == "" {
@@ -128,6 +185,15 @@ func play(ctx context.Context, conn *grpc.ClientConn, body []byte, resp response
 		cancel()
 	}
 	return o
+}
+
+// routes reports whether r is the reply that routes a request sent in
+// mode: the headers' reply in FULL_DUPLEX_STREAMED, the body's in BUFFERED.
+func routes(mode bodyMode, r *extprocv3.ProcessingResponse) bool {
+	if mode == buffered {
+		return r.GetRequestBody() != nil
+	}
+	return r.GetRequestHeaders() != nil
 }
 
 func playResponse(ctx context.Context, st extprocv3.ExternalProcessor_ProcessClient, resp response, promptTokens, cached int) error {

@@ -12,14 +12,16 @@ import (
 	"sync/atomic"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 )
 
 // The echo processor is the reference the client-side figures are read
 // against: an ext_proc server in its own process that speaks the same
-// FULL_DUPLEX_STREAMED exchange as warmpath (the body held until its end,
-// then the routing reply and the body echoed; each response message
+// exchange as warmpath (in FULL_DUPLEX_STREAMED the body held until its
+// end, then the routing reply and the body echoed; in BUFFERED the
+// headers acked and the body's reply routing; each response message
 // answered) but decides nothing, routing round-robin. Its client latency
 // under the same load on the same cores is what the driver, gRPC and the
 // machine cost; what warmpath adds is the difference. loadbench runs it by
@@ -60,6 +62,7 @@ type echo struct {
 
 func (e *echo) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
 	var body []byte
+	buffered := false
 	for {
 		req, err := st.Recv()
 		if errors.Is(err, io.EOF) {
@@ -68,9 +71,19 @@ func (e *echo) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
 		if err != nil {
 			return err
 		}
+		if pc := req.GetProtocolConfig(); pc != nil {
+			buffered = pc.GetRequestBodyMode() == filterv3.ProcessingMode_BUFFERED
+		}
 		var reply []*extprocv3.ProcessingResponse
 		switch r := req.Request.(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
+			if buffered {
+				// Envoy sends the buffered body after this ack; the body's
+				// reply routes, and none of the body comes back.
+				reply = append(reply, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+					RequestHeaders: &extprocv3.HeadersResponse{}}})
+				break
+			}
 			// Reserve the body's buffer from its content-length, as warmpath
 			// does, so the floor does not count a growing buffer's copies.
 			for _, h := range r.RequestHeaders.GetHeaders().GetHeaders() {
@@ -87,10 +100,16 @@ func (e *echo) Process(st extprocv3.ExternalProcessor_ProcessServer) error {
 				continue
 			}
 			w := e.workers[e.next.Add(1)%uint64(len(e.workers))]
+			route := &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
+				Header: &corev3.HeaderValue{Key: "x-gateway-destination-endpoint", RawValue: []byte(w)}}}}}
+			if buffered {
+				reply = append(reply, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+					RequestBody: &extprocv3.BodyResponse{Response: route}}})
+				body = nil
+				break
+			}
 			reply = append(reply, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
-				RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
-					HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
-						Header: &corev3.HeaderValue{Key: "x-gateway-destination-endpoint", RawValue: []byte(w)}}}}}}}})
+				RequestHeaders: &extprocv3.HeadersResponse{Response: route}}})
 			for len(body) > 0 {
 				n := min(len(body), bodyChunk)
 				reply = append(reply, echoChunk(false, body[:n], n == len(body)))

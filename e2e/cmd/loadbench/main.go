@@ -98,6 +98,7 @@ type options struct {
 	long       int    // requests per chat100k series
 	peerCfg    string // stackOptions.peerCfg of the peers scenario
 	env        []string
+	mode       bodyMode // how request bodies are sent
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -122,8 +123,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	env := fs.String("warmpath-env", "", "comma-separated NAME=value added to warmpath's environment (GOGC=400)")
 	peerLinger := fs.Duration("peer-linger", 0, "peers scenario: both replicas' peers.linger (0: warmpath's default)")
 	patterns := fs.String("patterns", "cold,reply,user", "chat100k growth patterns: cold, reply, user")
+	mode := fs.String("body-mode", "full-duplex", "request_body_mode the driver plays: full-duplex (FULL_DUPLEX_STREAMED, the Inference Extension's protocol) or buffered (BUFFERED: Envoy holds a body up to its buffer limit and sends it whole; nothing of it comes back)")
 	procs := fs.Int("driver-procs", 0, "GOMAXPROCS of the driver itself (0: the Go default); warmpath keeps its own")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var err error
+	if o.mode, err = parseBodyMode(*mode); err != nil {
 		return err
 	}
 	if *procs > 0 {
@@ -239,7 +245,7 @@ type drawer func(rng *rand.Rand) request
 // the second part.
 func runRate(ctx context.Context, s *stack, o options, name string, rate float64, draw drawer, resp response) (*rateRun, error) {
 	if o.warmup > 0 {
-		if _, err := schedule(ctx, s, rate, o.warmup, draw, resp, o.seed+99); err != nil {
+		if _, err := schedule(ctx, s, o.mode, rate, o.warmup, draw, resp, o.seed+99); err != nil {
 			return nil, err
 		}
 	}
@@ -276,7 +282,7 @@ func runRate(ctx context.Context, s *stack, o options, name string, rate float64
 		})
 	}
 	peerCPU0, peerSent0 := s.peerCPU(), s.peerBytesSent()
-	res, err := schedule(ctx, s, rate, o.duration, draw, resp, o.seed)
+	res, err := schedule(ctx, s, o.mode, rate, o.duration, draw, resp, o.seed)
 	profiled.Wait()
 	if err != nil {
 		return nil, err
@@ -306,8 +312,8 @@ func runRate(ctx context.Context, s *stack, o options, name string, rate float64
 }
 
 // schedule sends requests with exponential gaps (a Poisson process) at
-// rate for d, each on its own stream, and waits for all of them to end.
-func schedule(ctx context.Context, s *stack, rate float64, d time.Duration, draw drawer, resp response, seed uint64) (*rateRun, error) {
+// rate for d, each on its own stream with its body sent in mode, and waits for all of them to end.
+func schedule(ctx context.Context, s *stack, mode bodyMode, rate float64, d time.Duration, draw drawer, resp response, seed uint64) (*rateRun, error) {
 	rng := rand.New(rand.NewPCG(seed, 3))
 	var mu sync.Mutex
 	res := &rateRun{}
@@ -348,7 +354,7 @@ func schedule(ctx context.Context, s *stack, rate float64, d time.Duration, draw
 				time.AfterFunc(resp.ttft, func() { e.store(req.hashes, req.tokens, false) })
 				return cached
 			}
-			o := play(ctx, conn, req.body, resp, len(req.tokens), routed)
+			o := play(ctx, conn, mode, req.body, resp, len(req.tokens), routed)
 			if e := s.byAddr[o.worker]; e != nil {
 				e.running.Add(-1)
 			}
@@ -537,7 +543,7 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 			a, _ := s.cpu()
 			t0 := time.Now()
 			var e *engine
-			out := play(ctx, s.conns[0], body, resp, len(ids), func(ep string) int {
+			out := play(ctx, s.conns[0], o.mode, body, resp, len(ids), func(ep string) int {
 				e = s.byAddr[ep]
 				if e == nil {
 					return 0

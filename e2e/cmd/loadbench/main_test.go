@@ -97,6 +97,40 @@ func TestEchoSmoke(t *testing.T) {
 	}
 }
 
+// TestBufferedSmoke plays request bodies in BUFFERED mode, briefly,
+// against a real warmpath process and against the echo processor: every
+// request routed by the body's reply, none failed, the mode named.
+func TestBufferedSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs warmpath")
+	}
+	for _, tc := range []struct{ name, row string }{{"warmpath", "| chat8k | 40 | 1 |"}, {"echo", "| chat8k (echo) | 40 | 1 |"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"-body-mode", "buffered", "-scenarios", "chat8k", "-duration", "1s", "-rate", "40"}
+			if tc.name == "echo" {
+				args = append(args, "-echo")
+			}
+			md := string(runBrief(t, args...))
+			if !strings.Contains(md, "request bodies BUFFERED") {
+				t.Errorf("results.md does not name the body mode:\n%s", md)
+			}
+			var row string
+			for _, line := range strings.Split(md, "\n") {
+				if strings.HasPrefix(line, tc.row) {
+					row = line
+				}
+			}
+			if row == "" {
+				t.Fatalf("results.md lacks %q:\n%s", tc.row, md)
+			}
+			cells := strings.Split(row, "|")
+			if failed := strings.TrimSpace(cells[len(cells)-2]); failed != "0" {
+				t.Errorf("failed requests: %s", row)
+			}
+		})
+	}
+}
+
 // TestSmoke runs every scenario but chat100k briefly against a real
 // warmpath process with 4 fake engines (and, for peers, a second one
 // sharing its ledger): every request routed, no failure, the tables

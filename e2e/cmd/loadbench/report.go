@@ -51,8 +51,8 @@ func millis(v []float64) []float64 {
 func (r *report) markdown(o options) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# warmpath under load (%s)\n\n", time.Now().UTC().Format("2006-01-02 15:04"))
-	fmt.Fprintf(&b, "%d fake engines publishing vLLM KV events, %d ext_proc connections, FULL_DUPLEX_STREAMED, Poisson arrivals, %s measured after %s of warm-up per run; median (min–max) over runs.\n\n",
-		o.workers, o.conns, o.duration, o.warmup)
+	fmt.Fprintf(&b, "%d fake engines publishing vLLM KV events, %d ext_proc connections, request bodies %s, Poisson arrivals, %s measured after %s of warm-up per run; median (min–max) over runs.\n\n",
+		o.workers, o.conns, o.mode, o.duration, o.warmup)
 	type key struct {
 		scenario string
 		rate     float64
