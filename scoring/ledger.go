@@ -429,10 +429,10 @@ func (s *workerLedger) pruneEnded(since time.Time) {
 //
 // When first tokens are reported (told), the prefill work pending is one
 // FIFO stream that started at the later of the last first token and the
-// oldest pending decision, progressing at the worker's calibrated
-// prefillPerToken; until the next first token confirms progress at least a
-// quarter of a step's worth of it is taken to remain.
-func (s *workerLedger) load(now time.Time, r discovery.EngineLoad, fresh bool, blockSize int, told bool, prefillPerToken, budget float64, typ typical) ledgerLoad {
+// oldest pending decision, progressing at the pace the worker's model m
+// predicts for it (streamPace); until the next first token confirms
+// progress at least a quarter of a step's worth of it is taken to remain.
+func (s *workerLedger) load(now time.Time, r discovery.EngineLoad, fresh bool, blockSize int, told bool, m StepModel, budget float64, typ typical) ledgerLoad {
 	l := ledgerLoad{inflight: len(s.inflight), kvUsage: -1}
 	var runningAt, waitingAt int
 	var streamStart time.Time
@@ -469,7 +469,7 @@ func (s *workerLedger) load(now time.Time, r discovery.EngineLoad, fresh bool, b
 			streamStart = s.lastFirst
 			queued = max(queued-s.carried(budget, l.decoding), 0)
 		}
-		done := now.Sub(streamStart).Seconds() / prefillPerToken
+		done := now.Sub(streamStart).Seconds() / streamPace(m, queued, l.decoding, l.decodeCtx, budget)
 		l.ahead = max(queued-done, min(l.ahead, budget)/4)
 		l.pending = prefillStream{start: streamStart, queued: queued, ahead: l.ahead}
 	}
@@ -510,6 +510,29 @@ func (s *workerLedger) load(now time.Time, r discovery.EngineLoad, fresh bool, b
 		s.markUnexplained(r.ScrapedAt, told)
 	}
 	return l
+}
+
+// streamPace returns the seconds per token in which m predicts queued
+// prefill tokens to be computed beside decoding sequences of decodeCtx
+// context tokens: their cost as a queue wait (workload.parts, its steps'
+// overhead and the decodes beside them included) over the tokens. Progress
+// credited at this pace, and the wait then predicted for what remains, add
+// up to the wait predicted for the whole stream. At the bare per-token
+// cost they did not: a fit that puts part of a long prefill's cost in the
+// step overhead (the two are nearly collinear over prompts of many steps)
+// credited the stream too much progress, and the requests behind it were
+// predicted to wait too little. A model that prices the work at nothing
+// falls back to its per-token cost.
+func streamPace(m StepModel, queued, decoding, decodeCtx, budget float64) float64 {
+	if queued <= 0 {
+		return m.PrefillPerToken
+	}
+	w := workload{ahead: queued, decoding: decoding, decodeCtx: decodeCtx, budget: budget}
+	q, _ := w.parts()
+	if pace := dot(q, m.vector()) / queued; pace > 0 {
+		return pace
+	}
+	return m.PrefillPerToken
 }
 
 // markUnexplained flags the router's own assignments that were waiting for

@@ -45,7 +45,7 @@ func TestLedgerStreamCarriesStepRemainder(t *testing.T) {
 				s.inflight = append(s.inflight, a)
 				s.started(a, at(first))
 			}
-			l := s.load(at(first+100), discovery.EngineLoad{}, false, 16, true, perToken, budget, typical{})
+			l := s.load(at(first+100), discovery.EngineLoad{}, false, 16, true, StepModel{PrefillPerToken: perToken}, budget, typical{})
 			if l.decoding != float64(len(tt.finished)) {
 				t.Fatalf("decoding %v, want %d", l.decoding, len(tt.finished))
 			}
@@ -57,6 +57,65 @@ func TestLedgerStreamCarriesStepRemainder(t *testing.T) {
 				t.Errorf("ahead %.1f, want %.1f", l.ahead, wantAhead)
 			}
 		})
+	}
+}
+
+// TestLedgerStreamProgressesAtItsPredictedPace: the prefill stream ahead
+// is credited progress at the pace its own queue-wait prediction implies,
+// its steps' overhead and the decodes beside it included, so that the time
+// elapsed and the wait predicted for what remains add up to the wait
+// predicted for the whole stream when it began.
+func TestLedgerStreamProgressesAtItsPredictedPace(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	const budget = 8192.0
+	m := StepModel{StepOverhead: 0.013, PrefillPerToken: 30e-6, DecodePerSeq: 80e-6, ContextPerToken: 5e-9, RequestOverhead: 0.005}
+	// A 24,000-token prompt decided at t0 behind nothing, on a worker with
+	// two sequences decoding (2,000 context tokens each), whose first
+	// tokens came just before.
+	var s workerLedger
+	for range 2 {
+		a := &assignment{decided: t0.Add(-time.Second), uncached: 500, prompt: 2000, stream: true, start: t0.Add(-time.Second), first: t0.Add(-time.Millisecond)}
+		s.inflight = append(s.inflight, a)
+		s.started(a, t0.Add(-time.Millisecond))
+	}
+	s.inflight = append(s.inflight, &assignment{decided: t0, uncached: 24000, prompt: 24000, stream: true, start: t0, first: t0.Add(time.Second)})
+	wait := func(l ledgerLoad) float64 {
+		w := workload{ahead: l.ahead, decoding: l.decoding, decodeCtx: l.decodeCtx, budget: budget}
+		q, _ := w.parts()
+		return dot(q, m.vector())
+	}
+	l0 := s.load(t0, discovery.EngineLoad{}, false, 16, true, m, budget, typical{})
+	if l0.ahead != 24000 || l0.decoding != 2 {
+		t.Fatalf("at the decision: ahead %v, decoding %v; want 24000, 2", l0.ahead, l0.decoding)
+	}
+	whole := wait(l0)
+	elapsed := whole / 2
+	l := s.load(t0.Add(time.Duration(elapsed*float64(time.Second))), discovery.EngineLoad{}, false, 16, true, m, budget, typical{})
+	// The bare per-token cost credits elapsed/30 µs, about 12,660 tokens,
+	// and leaves 11,340; the stream's own pace leaves half.
+	if math.Abs(l.ahead-12000) > 1 {
+		t.Errorf("half the stream's predicted wait later: ahead %.1f tokens, want 12000", l.ahead)
+	}
+	if rest := wait(l); rest+elapsed < whole*0.95 {
+		t.Errorf("elapsed %.3fs + the wait predicted for the rest %.3fs fall short of the whole stream's %.3fs", elapsed, rest, whole)
+	}
+}
+
+// TestStreamPaceFallsBackToThePerTokenCost: a stream of nothing, or a
+// model that prices the work at nothing, progresses at the model's
+// per-token cost.
+func TestStreamPaceFallsBackToThePerTokenCost(t *testing.T) {
+	t.Parallel()
+	m := StepModel{PrefillPerToken: 40e-6}
+	if got := streamPace(m, 0, 2, 4000, 8192); got != 40e-6 {
+		t.Errorf("no tokens queued: pace %v, want 40e-6", got)
+	}
+	if got := streamPace(StepModel{}, 1000, 2, 4000, 8192); got != 0 {
+		t.Errorf("a model of zeros: pace %v, want its per-token cost 0", got)
+	}
+	if got := streamPace(m, 8192, 0, 0, 8192); math.Abs(got-40e-6) > 1e-12 {
+		t.Errorf("one step's tokens, no overhead: pace %v, want 40e-6", got)
 	}
 }
 

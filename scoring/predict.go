@@ -49,7 +49,7 @@ func (p *predictor) predict(r *Router, req *Request, d *Decision, ws Workers, f 
 		v.models[i] = p.models[i].cal.model()
 		budget := float64(r.cfg.budget(ws[i].Name) * ws[i].Ranks())
 		v.loads[i] = p.ledgers[i].load(now, f.loads[i], f.fresh[i], f.blockSize, r.ledger.told,
-			v.models[i].PrefillPerToken, budget, p.models[i].typ)
+			v.models[i], budget, p.models[i].typ)
 		if u := v.loads[i].kvUsage; u >= 0 {
 			known++
 			sum += u
