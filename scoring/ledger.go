@@ -224,7 +224,7 @@ type ledgerLoad struct {
 // prefillStream is the prefill work a decision found queued on a worker
 // whose first tokens are reported: queued tokens pending since start, of
 // which the load took ahead to remain, taking the rest as done at the
-// calibrated speed.
+// pace the calibrated model predicts for it (streamPace).
 type prefillStream struct {
 	start  time.Time
 	queued float64
