@@ -130,14 +130,20 @@ func play(ctx context.Context, conn *grpc.ClientConn, mode bodyMode, body []byte
 		ProtocolConfig: &extprocv3.ProtocolConfiguration{
 			RequestBodyMode: reqMode, ResponseBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED},
 		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hm}}})
+	// Envoy sends a buffered body after the headers' reply, and none
+	// after a reply that ends the exchange (a rejection) instead.
+	var early *extprocv3.ProcessingResponse
+	earlyOK, skipBody := false, false
 	if err == nil && mode == buffered {
-		select { // Envoy sends the buffered body after the headers' reply
+		select {
 		case <-acked:
+		case early, earlyOK = <-routing:
+			skipBody = true
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
 	}
-	for off := 0; err == nil && off < len(body); off += chunk {
+	for off := 0; err == nil && !skipBody && off < len(body); off += chunk {
 		end := min(off+chunk, len(body))
 		err = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 			RequestBody: &extprocv3.HttpBody{Body: body[off:end], EndOfStream: end == len(body)}}})
@@ -147,7 +153,10 @@ func play(ctx context.Context, conn *grpc.ClientConn, mode bodyMode, body []byte
 		return outcome{err: fmt.Errorf("send request: %w", err)}
 	}
 	o := outcome{sent: time.Now()}
-	r, ok := <-routing
+	r, ok := early, earlyOK
+	if !skipBody {
+		r, ok = <-routing
+	}
 	o.routing = time.Since(o.sent)
 	switch {
 	case !ok:

@@ -312,7 +312,8 @@ func runRate(ctx context.Context, s *stack, o options, name string, rate float64
 }
 
 // schedule sends requests with exponential gaps (a Poisson process) at
-// rate for d, each on its own stream with its body sent in mode, and waits for all of them to end.
+// rate for d, each on its own stream with its body sent in mode, and
+// waits for all of them to end.
 func schedule(ctx context.Context, s *stack, mode bodyMode, rate float64, d time.Duration, draw drawer, resp response, seed uint64) (*rateRun, error) {
 	rng := rand.New(rand.NewPCG(seed, 3))
 	var mu sync.Mutex
