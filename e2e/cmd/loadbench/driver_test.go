@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
