@@ -61,61 +61,92 @@ type Accuracy struct {
 // same boundary at the start). TTFT predictions rest on the queue at the
 // decision, which the end of arrivals does not change, and count whole.
 func MeasureAccuracy(rs []Record, warmup int) Accuracy {
-	a := Accuracy{Warmup: warmup, MedianAPE: math.NaN(), P90APE: math.NaN(), MedianBias: math.NaN(), CachedExact: math.NaN(),
-		TPOTMedianAPE: math.NaN(), TPOTP90APE: math.NaN(), TPOTMedianBias: math.NaN(),
-		TPOTAllMedianAPE: math.NaN(), TPOTAllP90APE: math.NaN()}
+	var s accuracySamples
+	s.add(rs, warmup, nil)
+	return s.summary(warmup)
+}
+
+// PoolAccuracy is MeasureAccuracy over the predictions of several runs
+// taken together, of the records keep reports true for (all of them when
+// keep is nil): each run's warm-up and last decision are its own. A run's
+// p90 rests on its few worst predictions; pooled runs give the tail
+// enough samples to compare two builds.
+func PoolAccuracy(runs [][]Record, warmup int, keep func(Record) bool) Accuracy {
+	var s accuracySamples
+	for _, rs := range runs {
+		s.add(rs, warmup, keep)
+	}
+	return s.summary(warmup)
+}
+
+// accuracySamples are the errors, in percent, that Accuracy summarises:
+// absolute and signed, of TTFT, of TPOT under load, and of every TPOT.
+type accuracySamples struct {
+	ape, bias, tape, tbias, tall []float64
+	cached, exact, drained       int
+}
+
+// add takes the samples of one run's records, in decision order, those
+// keep reports true for (all when keep is nil).
+func (s *accuracySamples) add(rs []Record, warmup int, keep func(Record) bool) {
 	var lastDecision time.Time
 	for _, r := range rs {
 		if r.Decided.After(lastDecision) {
 			lastDecision = r.Decided
 		}
 	}
-	var ape, bias, tape, tbias, tall []float64
-	exact := 0
 	for _, r := range rs {
-		if r.Seq < warmup || r.Outcome.End != scoring.EndCompleted {
+		if r.Seq < warmup || r.Outcome.End != scoring.EndCompleted || keep != nil && !keep(r) {
 			continue
 		}
 		if r.PredictedTTFT > 0 && r.Outcome.TTFT > 0 {
 			e := (r.PredictedTTFT.Seconds() - r.Outcome.TTFT.Seconds()) / r.Outcome.TTFT.Seconds() * 100
-			ape = append(ape, math.Abs(e))
-			bias = append(bias, e)
+			s.ape = append(s.ape, math.Abs(e))
+			s.bias = append(s.bias, e)
 		}
 		if pred, got := r.Chosen.PredictedTPOT, r.Outcome.TPOT(); pred > 0 && got > 0 && r.Outcome.CompletionTokens >= 3 {
 			e := (pred.Seconds() - got.Seconds()) / got.Seconds() * 100
-			tall = append(tall, math.Abs(e))
+			s.tall = append(s.tall, math.Abs(e))
 			if !lastDecision.IsZero() && r.Ended.After(lastDecision) {
-				a.TPOTDrained++
+				s.drained++
 			} else {
-				tape = append(tape, math.Abs(e))
-				tbias = append(tbias, e)
+				s.tape = append(s.tape, math.Abs(e))
+				s.tbias = append(s.tbias, e)
 			}
 		}
 		if r.Outcome.CachedTokens >= 0 {
-			a.CachedSamples++
+			s.cached++
 			if r.PredictedCached == r.Outcome.CachedTokens {
-				exact++
+				s.exact++
 			}
 		}
 	}
-	a.TTFTSamples = len(ape)
-	if len(ape) > 0 {
-		slices.Sort(ape)
-		slices.Sort(bias)
-		a.MedianAPE, a.P90APE, a.MedianBias = quantile(ape, 0.5), quantile(ape, 0.9), quantile(bias, 0.5)
+}
+
+// summary returns the samples' quantiles.
+func (s *accuracySamples) summary(warmup int) Accuracy {
+	a := Accuracy{Warmup: warmup, MedianAPE: math.NaN(), P90APE: math.NaN(), MedianBias: math.NaN(), CachedExact: math.NaN(),
+		TPOTMedianAPE: math.NaN(), TPOTP90APE: math.NaN(), TPOTMedianBias: math.NaN(),
+		TPOTAllMedianAPE: math.NaN(), TPOTAllP90APE: math.NaN()}
+	a.TTFTSamples = len(s.ape)
+	if len(s.ape) > 0 {
+		slices.Sort(s.ape)
+		slices.Sort(s.bias)
+		a.MedianAPE, a.P90APE, a.MedianBias = quantile(s.ape, 0.5), quantile(s.ape, 0.9), quantile(s.bias, 0.5)
 	}
-	a.TPOTSamples = len(tape)
-	if len(tape) > 0 {
-		slices.Sort(tape)
-		slices.Sort(tbias)
-		a.TPOTMedianAPE, a.TPOTP90APE, a.TPOTMedianBias = quantile(tape, 0.5), quantile(tape, 0.9), quantile(tbias, 0.5)
+	a.TPOTSamples, a.TPOTDrained = len(s.tape), s.drained
+	if len(s.tape) > 0 {
+		slices.Sort(s.tape)
+		slices.Sort(s.tbias)
+		a.TPOTMedianAPE, a.TPOTP90APE, a.TPOTMedianBias = quantile(s.tape, 0.5), quantile(s.tape, 0.9), quantile(s.tbias, 0.5)
 	}
-	if len(tall) > 0 {
-		slices.Sort(tall)
-		a.TPOTAllMedianAPE, a.TPOTAllP90APE = quantile(tall, 0.5), quantile(tall, 0.9)
+	if len(s.tall) > 0 {
+		slices.Sort(s.tall)
+		a.TPOTAllMedianAPE, a.TPOTAllP90APE = quantile(s.tall, 0.5), quantile(s.tall, 0.9)
 	}
-	if a.CachedSamples > 0 {
-		a.CachedExact = float64(exact) / float64(a.CachedSamples)
+	a.CachedSamples = s.cached
+	if s.cached > 0 {
+		a.CachedExact = float64(s.exact) / float64(s.cached)
 	}
 	return a
 }

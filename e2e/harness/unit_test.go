@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"path/filepath"
@@ -199,6 +200,42 @@ func TestMeasureAccuracyDrain(t *testing.T) {
 	}
 	if a := MeasureAccuracy(rs, 0); a.TPOTSamples != 5 || a.TPOTDrained != 0 {
 		t.Fatalf("untimed records: TPOT %d, drained %d; want 5, 0", a.TPOTSamples, a.TPOTDrained)
+	}
+}
+
+// TestPoolAccuracy checks that pooled runs keep their own warm-up and
+// last decision, and that keep selects the records counted.
+func TestPoolAccuracy(t *testing.T) {
+	t.Parallel()
+	at := func(s int) time.Time { return time.Unix(int64(s), 0) }
+	ms := time.Millisecond
+	rec := func(seq, decided, ended int, ttft time.Duration, ahead int) Record {
+		return Record{Seq: seq, PredictedTTFT: 100 * ms, Decided: at(decided), Ended: at(ended),
+			Chosen:  scoring.Candidate{PredictedTPOT: 11 * ms, WorkAhead: ahead},
+			Outcome: scoring.Outcome{End: scoring.EndCompleted, TTFT: ttft, Decode: 100 * ms, CompletionTokens: 11, CachedTokens: -1}}
+	}
+	// Two runs of three decisions; the first of each is its warm-up. The
+	// second run's clock is far behind the first's: its last decision (at
+	// 3) must not be taken from the first run (at 103), or its response
+	// ending at 9 would count as under load.
+	a := []Record{rec(0, 100, 101, 50*ms, 0), rec(1, 102, 103, 80*ms, 0), rec(2, 103, 104, 125*ms, 4000)}
+	b := []Record{rec(0, 1, 2, 50*ms, 0), rec(1, 2, 3, 200*ms, 2000), rec(2, 3, 9, 100*ms, 0)}
+	p := PoolAccuracy([][]Record{a, b}, 1, nil)
+	// TTFT errors: +25%, −20%, −50%, 0%.
+	if p.TTFTSamples != 4 || !sameFloat(p.MedianAPE, 22.5) || !sameFloat(p.MedianBias, -10) {
+		t.Errorf("pooled TTFT: %d samples, median %v, bias %v; want 4, 22.5, −10", p.TTFTSamples, p.MedianAPE, p.MedianBias)
+	}
+	if p.TPOTSamples != 2 || p.TPOTDrained != 2 {
+		t.Errorf("pooled TPOT: %d under load, %d drained; want 2, 2", p.TPOTSamples, p.TPOTDrained)
+	}
+	queued := PoolAccuracy([][]Record{a, b}, 1, func(r Record) bool { return r.Chosen.WorkAhead > 500 })
+	// Of the two queued requests: −20% and −50%.
+	if queued.TTFTSamples != 2 || !sameFloat(queued.MedianAPE, 35) {
+		t.Errorf("queued: %d samples, median %v; want 2, 35", queued.TTFTSamples, queued.MedianAPE)
+	}
+	// Printed, so that NaN fields compare equal.
+	if one, pooled := fmt.Sprintf("%+v", MeasureAccuracy(a, 1)), fmt.Sprintf("%+v", PoolAccuracy([][]Record{a}, 1, nil)); one != pooled {
+		t.Errorf("one run pooled: %s; measured alone: %s", pooled, one)
 	}
 }
 
