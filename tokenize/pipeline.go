@@ -100,7 +100,8 @@ func NewPipeline(model, dir string, cacheBytes int, m *PipelineMetrics, remote .
 	}
 	// The render memo holds the rendered text of messages, a fraction of
 	// what the prefix cache keeps of a conversation (its text, ids and
-	// split marks), and keeps the messages' parsed values alive besides.
+	// split marks). It holds the messages themselves weakly: the message
+	// cache's budget is what keeps them.
 	copts := []ChatOption{WithRenderMemo(cacheBytes / 4)}
 	if m != nil {
 		copts = append(copts, WithMetrics(m.chat))

@@ -306,7 +306,7 @@ func (r *renderer) execFor(out *strings.Builder, n *forNode, s *scope) (ctrl, er
 // execMemo runs an iteration over d from the memo when a recorded run of
 // it replays, else runs and records it.
 func (r *renderer) execMemo(out *strings.Builder, n *forNode, d *Dict, is, outer *scope) (ctrl, error) {
-	k := memoKey{loop: n, item: d}
+	k := memoKey{loop: n, item: d.weakRef()}
 	vs, seen := r.memo.get(k)
 	for _, v := range vs {
 		if r.replays(v, is, outer) {

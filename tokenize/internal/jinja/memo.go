@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"weak"
 )
 
 // A Memo keeps what iterations of a template's loops over dicts wrote, so
@@ -38,7 +39,13 @@ import (
 // (a function, an iterator, a namespace, the loop object itself), or
 // fails is not kept. Values compare as Python would see them as equal
 // and indistinguishable: scalars by value, dicts and lists by identity
-// (templates cannot change them, and the memo keeps them alive).
+// (templates cannot change them, and the memo keeps those it read alive).
+//
+// The dict an entry is for is held weakly: the message cache hands the
+// same dict out while it keeps it, and once it lets it go no render can
+// replay the entry again. Holding it strongly would keep every marked
+// dict's parsed content alive beyond both caches' budgets: a mark counts
+// 96 bytes, and the message under it is often thousands.
 //
 // A Memo is safe for concurrent use and bounded in bytes, least recently
 // used first out. The zero value is unusable; use NewMemo.
@@ -60,7 +67,7 @@ const memoVariants = 2
 
 type memoKey struct {
 	loop *forNode
-	item *Dict
+	item weak.Pointer[Dict] // never equal to another dict's, even once collected
 }
 
 type memoEntry struct {

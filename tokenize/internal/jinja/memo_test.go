@@ -3,9 +3,11 @@ package jinja
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+	"weak"
 )
 
 // memoCase is a template and a way to build its variables for each render
@@ -258,4 +260,49 @@ func TestMemoEvicts(t *testing.T) {
 			t.Fatalf("memo holds %d bytes, over its 4096", st.Bytes)
 		}
 	}
+}
+
+// TestMemoLetsGoOfDicts checks the memo does not keep alive the dicts it
+// has seen: a mark counts a few dozen bytes in its budget, and the message
+// under it may hold thousands, so the message cache's eviction must be
+// what frees them.
+func TestMemoLetsGoOfDicts(t *testing.T) {
+	tmpl, err := Compile(`{% for m in messages %}{{ m.content }}{% endfor %}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	memo := NewMemo(1 << 20)
+	render := func(msgs []*Dict) {
+		vars := NewDict(1)
+		vars.Set("messages", conversation(msgs, len(msgs)))
+		if _, err := tmpl.Render(vars, RenderOptions{Memo: memo}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seen []weak.Pointer[Dict]
+	for i := range 3 {
+		msgs := []*Dict{message("user", strings.Repeat("x", 4096)), message("assistant", fmt.Sprint(i))}
+		render(msgs) // marked
+		render(msgs) // recorded
+		render(msgs) // replayed
+		seen = append(seen, weak.Make(msgs[0]), weak.Make(msgs[1]))
+	}
+	if st := memo.Stats(); st.Hits == 0 || st.Kept == 0 {
+		t.Fatalf("the memo neither kept nor replayed: %+v", st)
+	}
+	runtime.GC()
+	runtime.GC()
+	for i, p := range seen {
+		if p.Value() != nil {
+			t.Errorf("dict %d is still alive after a collection: the memo holds it", i)
+		}
+	}
+	// What it holds of them is dead weight until evicted, and replays
+	// nothing: a new dict with the same content is run, not replayed.
+	hits := memo.Stats().Hits
+	render([]*Dict{message("user", strings.Repeat("x", 4096))})
+	if memo.Stats().Hits != hits {
+		t.Error("a new dict replayed an entry recorded for another")
+	}
+	runtime.KeepAlive(memo)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"unicode/utf8"
+	"weak"
 )
 
 // Value is a template value. Its dynamic type is one of:
@@ -48,6 +49,20 @@ type Dict struct {
 	orig map[string]Value
 	// derived is what a caller computed from this dict (SetDerived).
 	derived atomic.Pointer[derivation]
+	// self is a weak pointer to the dict itself, made once (weakRef).
+	self atomic.Pointer[weak.Pointer[Dict]]
+}
+
+// weakRef returns a weak pointer to d. It is made on first use and kept:
+// weak.Make locks d's memory span, and a warm turn's render asks for one
+// per message it replays.
+func (d *Dict) weakRef() weak.Pointer[Dict] {
+	if p := d.self.Load(); p != nil {
+		return *p
+	}
+	w := weak.Make(d) // equal to any other made from d
+	d.self.CompareAndSwap(nil, &w)
+	return w
 }
 
 // derivation is a value computed from a dict, under its caller's key.
