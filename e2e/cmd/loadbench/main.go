@@ -96,6 +96,7 @@ type options struct {
 	echo       bool
 	seed       uint64
 	long       int    // requests per chat100k series
+	longWarmup int    // unmeasured cold chats before the chat100k series
 	peerCfg    string // stackOptions.peerCfg of the peers scenario
 	env        []string
 	mode       bodyMode // how request bodies are sent
@@ -120,6 +121,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.BoolVar(&o.echo, "echo", false, "run the scenarios against an echo processor that decides nothing (echo.go) instead of warmpath: the client-side floor of the driver, gRPC and this machine, and in chat100k the CPU of passing the body through")
 	fs.Uint64Var(&o.seed, "seed", 1, "workload seed")
 	fs.IntVar(&o.long, "long-requests", 20, "requests per chat100k series (more for a profile with enough samples)")
+	fs.IntVar(&o.longWarmup, "long-warmup", 300, "chat100k: cold 100K chats played unmeasured before the series, so warmpath's conversation caches hold what they hold in a router that has served for a while (0: measure from a fresh process)")
 	env := fs.String("warmpath-env", "", "comma-separated NAME=value added to warmpath's environment (GOGC=400)")
 	peerLinger := fs.Duration("peer-linger", 0, "peers scenario: both replicas' peers.linger (0: warmpath's default)")
 	patterns := fs.String("patterns", "cold,reply,user", "chat100k growth patterns: cold, reply, user")
@@ -513,14 +515,24 @@ type longRun struct {
 	// KV events of the blocks the request stored, collecting what it
 	// allocated), seconds per request, per run.
 	afterPerReq []float64
-	client      []time.Duration
+	// faultsPerReq is the page faults warmpath took over an exchange
+	// (mostly fresh heap pages, whose kernel time cpuPerReq includes),
+	// per run.
+	faultsPerReq []float64
+	client       []time.Duration
 }
+
+// chat100kBlocks is what each engine of the chat100k scenario holds:
+// 524K tokens, about what an 80 GB GPU keeps of an 8B model's KV cache.
+// Its warm-up fills the engines, which then evict as real ones do, so the
+// index holds what a pool of that size lets it hold.
+const chat100kBlocks = 1 << 15
 
 func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *report) error {
 	n := o.long
 	resp := response{ttft: 5 * time.Millisecond, itl: time.Millisecond, tokens: 2}
 	for r := range max(1, o.runs/2+1) {
-		s, err := startStack(ctx, o.stackOptions(fmt.Sprintf("chat100k-%d", r), 1<<20))
+		s, err := startStack(ctx, o.stackOptions(fmt.Sprintf("chat100k-%d", r), chat100kBlocks))
 		if err != nil {
 			return err
 		}
@@ -533,14 +545,16 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 		fmt.Fprintf(os.Stderr, "chat100k run %d: warmpath idle with %d engines: %.3f cores\n", r, o.workers, idle)
 		// one plays a request and returns warmpath's CPU over its exchange
 		// and in the 50 ms after it, when the engine's KV events for the
-		// stored blocks are applied.
-		one := func(body []byte) (cpu, after float64, lat time.Duration, tokens int, err error) {
+		// stored blocks are applied, and the page faults it took during
+		// the exchange.
+		one := func(body []byte) (cpu, after float64, lat time.Duration, tokens int, faults float64, err error) {
 			ids, _, err := pipe.Tokenize(ctx, tokenize.KindChat, body, "")
 			if err != nil {
-				return 0, 0, 0, 0, err
+				return 0, 0, 0, 0, 0, err
 			}
 			req := request{body: body, tokens: ids}
 			req.hashes = vllmsim.NewChainHasher("").Extend(nil, ids, 16)
+			f0 := s.faults()
 			a, _ := s.cpu()
 			t0 := time.Now()
 			var e *engine
@@ -553,8 +567,9 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 			})
 			wall := time.Since(t0).Seconds()
 			b, _ := s.cpu()
+			faults = s.faults() - f0
 			if out.err != nil {
-				return 0, 0, 0, 0, out.err
+				return 0, 0, 0, 0, 0, out.err
 			}
 			t1 := time.Now()
 			if e != nil {
@@ -562,15 +577,24 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 			}
 			time.Sleep(50 * time.Millisecond) // the events arrive before the next turn
 			c, _ := s.cpu()
-			return b - a - idle*wall, c - b - idle*time.Since(t1).Seconds(), out.routing, len(ids), nil
+			return b - a - idle*wall, c - b - idle*time.Since(t1).Seconds(), out.routing, len(ids), faults, nil
+		}
+		// A router that has served for a while holds as many conversations
+		// as its caches allow, and its heap has grown to that size: without
+		// this the series would count the fresh pages of the caches filling.
+		for i := range o.longWarmup {
+			if _, _, _, _, _, err := one(newConversation(o.seed*1000+uint64(1_000_000+r*o.longWarmup+i), 100_000).body()); err != nil {
+				s.close()
+				return err
+			}
 		}
 		for _, pattern := range o.patterns {
-			var total, after float64
+			var total, after, faults float64
 			var lats []time.Duration
 			var tokens int
 			conv := newConversation(o.seed*1000+uint64(r), 100_000)
 			if pattern != "cold" {
-				if _, _, _, _, err := one(conv.body()); err != nil { // the first turn, seen before
+				if _, _, _, _, _, err := one(conv.body()); err != nil { // the first turn, seen before
 					s.close()
 					return err
 				}
@@ -585,13 +609,14 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 				} else {
 					conv.grow(pattern)
 				}
-				c, af, lat, tk, err := one(conv.body())
+				c, af, lat, tk, f, err := one(conv.body())
 				if err != nil {
 					s.close()
 					return err
 				}
 				total += c
 				after += af
+				faults += f
 				lats = append(lats, lat)
 				tokens = tk
 			}
@@ -601,8 +626,9 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 			lr.tokens = tokens
 			lr.cpuPerReq = append(lr.cpuPerReq, total/float64(n))
 			lr.afterPerReq = append(lr.afterPerReq, after/float64(n))
+			lr.faultsPerReq = append(lr.faultsPerReq, faults/float64(n))
 			lr.client = append(lr.client, lats...)
-			fmt.Fprintf(os.Stderr, "chat100k %s run %d: %d tokens, CPU %.1f ms/request (%.1f ms after it), client p50 %s\n", pattern, r, tokens, 1e3*total/float64(n), 1e3*after/float64(n), pct(lats, 0.5))
+			fmt.Fprintf(os.Stderr, "chat100k %s run %d: %d tokens, CPU %.1f ms/request (%.1f ms after it), %.0f page faults/request, client p50 %s\n", pattern, r, tokens, 1e3*total/float64(n), 1e3*after/float64(n), faults/float64(n), pct(lats, 0.5))
 		}
 		if o.pprof {
 			if err := saveProfiles(s, o.out, fmt.Sprintf("chat100k-%d", r)); err != nil {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -176,4 +177,22 @@ func TestSchedStat(t *testing.T) {
 	if run <= 0 || wait < 0 {
 		t.Errorf("schedStat = run %v ns, wait %v ns", run, wait)
 	}
+}
+
+// TestMinorFaults reads this process's page faults, which grow when it
+// first touches fresh memory.
+func TestMinorFaults(t *testing.T) {
+	before := minorFaults(os.Getpid())
+	if math.IsNaN(before) {
+		t.Skip("no /proc/PID/stat here")
+	}
+	fresh := make([]byte, 64<<20)
+	for i := 0; i < len(fresh); i += 4096 {
+		fresh[i] = 1
+	}
+	// 16,384 pages of 4 KiB, or 32 of 2 MiB where huge pages are the rule.
+	if after := minorFaults(os.Getpid()); after-before < 16 {
+		t.Errorf("%v faults after touching 64 MiB of fresh memory, want at least 16", after-before)
+	}
+	runtime.KeepAlive(fresh)
 }

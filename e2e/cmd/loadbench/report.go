@@ -136,13 +136,13 @@ func (r *report) markdown(o options) string {
 			cell(bytes, "%.0f"), cell(cores, "%.2f"))
 	}
 	if len(r.longs) > 0 {
-		b.WriteString("\n100K-token chats, one request at a time (warmpath's CPU over each request's exchange, less its idle background; then its CPU in the 50 ms after the exchange, less the same: the KV events of the blocks the request stored, which have an ingest budget of their own, and the collection of what the request allocated; client latency over all runs' requests):\n\n")
-		b.WriteString("| pattern | prompt tokens | runs | CPU ms/request | after it, ms/request | client p50 ms | client p99 ms |\n|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(&b, "\n100K-token chats, one request at a time, after %d cold chats unmeasured (warmpath's CPU over each request's exchange, less its idle background; then its CPU in the 50 ms after the exchange, less the same: the KV events of the blocks the request stored, which have an ingest budget of their own, and the collection of what the request allocated; the minor page faults it took over the exchange; client latency over all runs' requests):\n\n", o.longWarmup)
+		b.WriteString("| pattern | prompt tokens | runs | CPU ms/request | after it, ms/request | page faults/request | client p50 ms | client p99 ms |\n|---|---|---|---|---|---|---|---|\n")
 		for _, l := range r.longs {
 			sorted := append([]time.Duration(nil), l.client...)
 			slices.Sort(sorted)
-			fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %.2f | %.2f |\n", l.pattern, l.tokens, len(l.cpuPerReq), cell(millis(l.cpuPerReq), "%.2f"),
-				cell(millis(l.afterPerReq), "%.2f"), ms(pct(sorted, 0.5)), ms(pct(sorted, 0.99)))
+			fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %.2f | %.2f |\n", l.pattern, l.tokens, len(l.cpuPerReq), cell(millis(l.cpuPerReq), "%.2f"),
+				cell(millis(l.afterPerReq), "%.2f"), cell(l.faultsPerReq, "%.0f"), ms(pct(sorted, 0.5)), ms(pct(sorted, 0.99)))
 		}
 	}
 	return b.String()

@@ -283,6 +283,30 @@ func (s *stack) close() {
 // cpu returns the CPU seconds (user and system) warmpath has used.
 func (s *stack) cpu() (float64, error) { return processCPU(s.cmd.Process.Pid) }
 
+// faults returns the minor page faults warmpath has taken: mostly the
+// first touch of each fresh page of its heap, whose kernel time the CPU
+// figures include (NaN when they cannot be read).
+func (s *stack) faults() float64 { return minorFaults(s.cmd.Process.Pid) }
+
+// minorFaults returns the minor page faults pid has taken, or NaN.
+func minorFaults(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return math.NaN()
+	}
+	// Fields after the command name (which may hold spaces) start at state;
+	// minflt is the eighth of them.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	if len(f) < 8 {
+		return math.NaN()
+	}
+	n, err := strconv.ParseFloat(f[7], 64)
+	if err != nil {
+		return math.NaN()
+	}
+	return n
+}
+
 // peerCPU returns the CPU seconds the peer replica has used (0 without).
 func (s *stack) peerCPU() float64 {
 	if s.peer == nil {
