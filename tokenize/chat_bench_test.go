@@ -132,6 +132,64 @@ func benchCachedRender(b *testing.B, fam string, body []byte, anthropic bool) {
 	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
+// BenchmarkWarmTurn100K is what a Pipeline does for the next turn of a
+// 100K-token conversation it has seen, a new user message appended: parse
+// the body through a warm BodyParser, render it through the memo, and
+// tokenize it through the prefix cache. Each iteration sends a different
+// new message after the same earlier turns, as the users of one long
+// conversation's edits and retries would.
+func BenchmarkWarmTurn100K(b *testing.B) {
+	dir := filepath.Join("testdata", "models", "qwen3")
+	tk, err := Load(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ct, err := LoadChatTemplate(dir, WithClock(goldenNow), WithRenderMemo(16<<20))
+	if err != nil {
+		b.Fatal(err)
+	}
+	bp, pc := NewBodyParser(64<<20), NewPrefixCache(tk, 64<<20)
+	turn := func(body []byte) {
+		pb, err := bp.Parse(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		text, err := ct.renderBody(pb, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pc.Encode(text, false)
+	}
+	// conversationBody's turns without its tools, then a new user
+	// message each time, written over the last one's in the same buffer.
+	var req struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal(conversationBody(100_000), &req); err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"model":"m","messages":[`)
+	for _, m := range req.Messages[:len(req.Messages)-1] {
+		body = append(append(body, m...), ',')
+	}
+	earlier := len(body)
+	next := func(i int) []byte {
+		body = fmt.Appendf(body[:earlier], `{"role":"user","content":"Question %d: what did the last answer leave out, and why?"}]}`, i)
+		return body
+	}
+	turn(next(0)) // the turn seen before
+	turn(next(1)) // the memo records what it marked
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	cpu0 := processCPU()
+	i := 2
+	for b.Loop() {
+		turn(next(i))
+		i++
+	}
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
 // BenchmarkRenderAnthropicCached is BenchmarkRenderOpenAICached for the
 // same conversation as a Messages request (the system prompt at the top).
 func BenchmarkRenderAnthropicCached(b *testing.B) {
