@@ -307,3 +307,43 @@ func TestRenderSharedMessages(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderSharedMessagesConcurrent is TestRenderSharedMessages from many
+// goroutines at once (run with -race): the renders share the body parser's
+// dicts, the derivations filed on them and the render memo's entries, and
+// each must still match its golden.
+func TestRenderSharedMessagesConcurrent(t *testing.T) {
+	t.Parallel()
+	want := loadExpected(t, "requests")
+	cases := loadRequestCases(t, "openai")
+	var cache templateCache
+	bp := NewBodyParser(1 << 20)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for k := range 3 * len(cases) {
+				c := cases[(g+k)%len(cases)]
+				b, err := bp.Parse([]byte(c.Body))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got, err := cache.get(t, c.Family).renderBody(b, false)
+				switch w := want["openai/"+c.Name]; {
+				case strings.HasPrefix(w, "RENDER ERROR"):
+					if err == nil {
+						t.Errorf("%s: rendered %q, want error %s", c.Name, got, w)
+					}
+				case err != nil:
+					t.Errorf("%s: %v", c.Name, err)
+				case got != w:
+					t.Errorf("%s: mismatch\n%s", c.Name, firstDiff(got, w))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if cache.get(t, "qwen3").memoStats().Hits == 0 {
+		t.Error("qwen3: no render replayed: the test does not reach the render memo")
+	}
+}
