@@ -290,21 +290,26 @@ func (s *stack) faults() float64 { return minorFaults(s.cmd.Process.Pid) }
 
 // minorFaults returns the minor page faults pid has taken, or NaN.
 func minorFaults(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
+	f, err := statFields(pid)
+	if err != nil || len(f) < 8 {
 		return math.NaN()
 	}
-	// Fields after the command name (which may hold spaces) start at state;
-	// minflt is the eighth of them.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-	if len(f) < 8 {
-		return math.NaN()
-	}
-	n, err := strconv.ParseFloat(f[7], 64)
+	n, err := strconv.ParseFloat(f[7], 64) // minflt
 	if err != nil {
 		return math.NaN()
 	}
 	return n
+}
+
+// statFields returns the fields of /proc/PID/stat after the command name
+// (which may hold spaces), from state on: the third field of proc(5) is
+// the first here.
+func statFields(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:])), nil
 }
 
 // peerCPU returns the CPU seconds the peer replica has used (0 without).
@@ -321,12 +326,13 @@ func processCPU(pid int) (float64, error) {
 	if ns, ok := schedCPU(pid); ok {
 		return ns / 1e9, nil
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := statFields(pid)
 	if err != nil {
 		return 0, err
 	}
-	// Fields after the command name (which may hold spaces) start at state.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
 	ut, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
 	return (ut + st) / 100, nil // USER_HZ is 100 on Linux
