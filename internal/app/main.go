@@ -27,6 +27,10 @@ Usage:
 
 Run "warmpath COMMAND --help" for a command's flags. The config file format is
 described in the README and in internal/app/config.go.
+
+Environment:
+  WARMPATH_TIMERSLACK_NS                the process's timer slack in ns (default 250000;
+                                        0 keeps the inherited one): see internal/timerslack
 `
 
 // Main runs the warmpath command line with args (without the program name).

@@ -29,6 +29,7 @@ import (
 	"github.com/warmpath/warmpath/internal/component"
 	"github.com/warmpath/warmpath/internal/grpcbuf"
 	"github.com/warmpath/warmpath/internal/mtls"
+	"github.com/warmpath/warmpath/internal/timerslack"
 	"github.com/warmpath/warmpath/kvevents"
 	"github.com/warmpath/warmpath/kvindex"
 	"github.com/warmpath/warmpath/peers"
@@ -65,6 +66,11 @@ type parts struct {
 // registering all metrics with reg. It starts nothing.
 func assemble(ctx context.Context, cfg Config, eo embedOptions, reg prometheus.Registerer, stdout, stderr io.Writer) (*parts, error) {
 	log := newLogger(cfg.Log, stderr)
+	if st, slack, err := timerslack.Setting(); err != nil {
+		log.Warn("timer slack", "status", st.String(), "slack", slack, "err", err)
+	} else {
+		log.Info("timer slack", "status", st.String(), "slack", slack)
+	}
 	if err := (component.Options{Registerer: reg}).Register("runtime",
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, err
