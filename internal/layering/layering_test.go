@@ -17,6 +17,9 @@ const (
 	module    = "github.com/warmpath/warmpath"
 	goczmq    = "github.com/zeromq/goczmq"
 	clocktest = module + "/internal/clocktest"
+	// timerslack sets the process's timer slack when the program loads: a
+	// process-wide effect only the command's wiring may choose.
+	timerslack = module + "/internal/timerslack"
 )
 
 // pureGo are the patterns of the packages that must build without cgo.
@@ -70,7 +73,8 @@ func importers(pkgs []pkg, path string) []string {
 
 // productionImports returns a violation for each import a production
 // package (one of the module's outside e2e/) makes of e2e/ or of
-// internal/clocktest, and of goczmq outside kvevents.
+// internal/clocktest, of goczmq outside kvevents, and of
+// internal/timerslack outside internal/app.
 func productionImports(pkgs []pkg) []string {
 	var out []string
 	for _, p := range pkgs {
@@ -83,6 +87,8 @@ func productionImports(pkgs []pkg) []string {
 				out = append(out, fmt.Sprintf("production package %s imports %s", p.ImportPath, imp))
 			case imp == goczmq && p.ImportPath != module+"/kvevents":
 				out = append(out, fmt.Sprintf("%s imports goczmq, which only kvevents may", p.ImportPath))
+			case imp == timerslack && p.ImportPath != module+"/internal/app":
+				out = append(out, fmt.Sprintf("%s imports internal/timerslack, which only internal/app may", p.ImportPath))
 			}
 		}
 	}
@@ -128,6 +134,11 @@ func TestRules(t *testing.T) {
 			{ImportPath: module + "/e2e/replay", Imports: []string{clocktest}}}, 0},
 		{"goczmq outside kvevents", productionImports, []pkg{
 			{ImportPath: module + "/discovery", Imports: []string{goczmq}}}, 1},
+		{"timerslack from the wiring", productionImports, []pkg{
+			{ImportPath: module + "/internal/app", Imports: []string{timerslack}}}, 0},
+		{"timerslack elsewhere", productionImports, []pkg{
+			{ImportPath: module + "/scoring", Imports: []string{timerslack}},
+			{ImportPath: module + "/e2e/harness", Imports: []string{timerslack}}}, 1},
 		{"other modules are not checked", productionImports, []pkg{
 			{ImportPath: "example.com/x", Imports: []string{module + "/e2e"}}}, 0},
 	}
@@ -158,7 +169,8 @@ func TestPureGo(t *testing.T) {
 }
 
 // TestProductionImports checks that no production package imports e2e/ or
-// internal/clocktest, and that only kvevents imports goczmq. Test files
+// internal/clocktest, that only kvevents imports goczmq, and that only
+// internal/app imports internal/timerslack. Test files
 // may import either: go list's Imports leaves out their imports.
 func TestProductionImports(t *testing.T) {
 	t.Parallel()

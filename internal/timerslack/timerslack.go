@@ -5,7 +5,7 @@
 // checks for a while after the process wakes from idle through a system
 // call, which a router does on every request that finds it idle. Each of
 // those sleeps is a timer the kernel programs and fires; on a virtual
-// machine that cost about 14 µs of CPU per wake-up, measured on this
+// machine that cost 14–18 µs of CPU per wake-up, measured on this
 // project's 2-vCPU VM, and the monitor woke about 50 times per 100K-token
 // request (BENCHMARKS.md, "the runtime's monitor"). The kernel may fire a
 // timer up to the thread's slack late and merge it with others; the
