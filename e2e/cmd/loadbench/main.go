@@ -522,6 +522,17 @@ type longRun struct {
 	client       []time.Duration
 }
 
+// longExchange is what chat100k measures of one request: warmpath's CPU
+// seconds over its exchange and in the 50 ms after it (when the engine's
+// KV events for the stored blocks are applied), both less its idle
+// background, the page faults it took over the exchange, the client's
+// wait for the routing reply, and the prompt's tokens.
+type longExchange struct {
+	cpu, after, faults float64
+	client             time.Duration
+	tokens             int
+}
+
 // chat100kBlocks is what each engine of the chat100k scenario holds:
 // 524K tokens, about what an 80 GB GPU keeps of an 8B model's KV cache.
 // Its warm-up fills the engines, which then evict as real ones do, so the
@@ -543,14 +554,11 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 		c1, _ := s.cpu()
 		idle := (c1 - c0) / 3
 		fmt.Fprintf(os.Stderr, "chat100k run %d: warmpath idle with %d engines: %.3f cores\n", r, o.workers, idle)
-		// one plays a request and returns warmpath's CPU over its exchange
-		// and in the 50 ms after it, when the engine's KV events for the
-		// stored blocks are applied, and the page faults it took during
-		// the exchange.
-		one := func(body []byte) (cpu, after float64, lat time.Duration, tokens int, faults float64, err error) {
+		// one plays a request and returns what it measured of it.
+		one := func(body []byte) (longExchange, error) {
 			ids, _, err := pipe.Tokenize(ctx, tokenize.KindChat, body, "")
 			if err != nil {
-				return 0, 0, 0, 0, 0, err
+				return longExchange{}, err
 			}
 			req := request{body: body, tokens: ids}
 			req.hashes = vllmsim.NewChainHasher("").Extend(nil, ids, 16)
@@ -567,9 +575,9 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 			})
 			wall := time.Since(t0).Seconds()
 			b, _ := s.cpu()
-			faults = s.faults() - f0
+			faults := s.faults() - f0
 			if out.err != nil {
-				return 0, 0, 0, 0, 0, out.err
+				return longExchange{}, out.err
 			}
 			t1 := time.Now()
 			if e != nil {
@@ -577,13 +585,14 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 			}
 			time.Sleep(50 * time.Millisecond) // the events arrive before the next turn
 			c, _ := s.cpu()
-			return b - a - idle*wall, c - b - idle*time.Since(t1).Seconds(), out.routing, len(ids), faults, nil
+			return longExchange{cpu: b - a - idle*wall, after: c - b - idle*time.Since(t1).Seconds(),
+				faults: faults, client: out.routing, tokens: len(ids)}, nil
 		}
 		// A router that has served for a while holds as many conversations
 		// as its caches allow, and its heap has grown to that size: without
 		// this the series would count the fresh pages of the caches filling.
 		for i := range o.longWarmup {
-			if _, _, _, _, _, err := one(newConversation(o.seed*1000+uint64(1_000_000+r*o.longWarmup+i), 100_000).body()); err != nil {
+			if _, err := one(newConversation(o.seed*1000+uint64(1_000_000+r*o.longWarmup+i), 100_000).body()); err != nil {
 				s.close()
 				return err
 			}
@@ -594,7 +603,7 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 			var tokens int
 			conv := newConversation(o.seed*1000+uint64(r), 100_000)
 			if pattern != "cold" {
-				if _, _, _, _, _, err := one(conv.body()); err != nil { // the first turn, seen before
+				if _, err := one(conv.body()); err != nil { // the first turn, seen before
 					s.close()
 					return err
 				}
@@ -609,16 +618,16 @@ func chat100k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *repo
 				} else {
 					conv.grow(pattern)
 				}
-				c, af, lat, tk, f, err := one(conv.body())
+				x, err := one(conv.body())
 				if err != nil {
 					s.close()
 					return err
 				}
-				total += c
-				after += af
-				faults += f
-				lats = append(lats, lat)
-				tokens = tk
+				total += x.cpu
+				after += x.after
+				faults += x.faults
+				lats = append(lats, x.client)
+				tokens = x.tokens
 			}
 			profiled.Wait()
 			slices.Sort(lats)
