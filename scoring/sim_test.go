@@ -480,14 +480,11 @@ func TestSimulatedRouting(t *testing.T) {
 	t.Logf("after %d warm-up requests, %d measured:\n%s", warm, n-warm, table.String())
 
 	for _, wl := range workloads {
-		// On the skewed workload the hot worker runs near saturation, and
-		// requests arriving after one but before its first step is
-		// scheduled join that step: the TTFT becomes bimodal in a way no
-		// decision-time prediction can see. There the bound is looser.
+		// The skewed workload's hot worker runs near saturation. Its
+		// bound was looser (20%, 100%) while the ledger credited a
+		// finished prompt's step to prompts decided after that step
+		// began (p90 36–71%); it is the same as the others' now.
 		maxMed, maxP90 := 0.10, 0.30
-		if wl.name == "skewed" {
-			maxMed, maxP90 = 0.20, 1.0
-		}
 		for _, p := range []string{PolicyWarmpath, "warmpath/ttft"} {
 			w := results[wl.name][p]
 			if w.mape > maxMed || w.p90ape > maxP90 {
