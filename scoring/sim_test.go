@@ -483,7 +483,7 @@ func TestSimulatedRouting(t *testing.T) {
 		// The skewed workload's hot worker runs near saturation. Its
 		// bound was looser (20%, 100%) while the ledger credited a
 		// finished prompt's step to prompts decided after that step
-		// began (p90 36–71%); it is the same as the others' now.
+		// began (p90 36–37%); it is the same as the others' now.
 		maxMed, maxP90 := 0.10, 0.30
 		for _, p := range []string{PolicyWarmpath, "warmpath/ttft"} {
 			w := results[wl.name][p]
