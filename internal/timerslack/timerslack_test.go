@@ -34,24 +34,25 @@ func TestEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	const unset = "(unset)"
 	for _, c := range []struct {
-		env    string // "" leaves it unset
+		env    string // unset leaves it out of the environment
 		status Status
 		slack  int
 		err    bool
 	}{
-		{"", Default, DefaultNS, false},
+		{unset, Default, DefaultNS, false},
 		{"1000000", FromEnv, 1_000_000, false},
 		{"0", Inherited, inherited, false},
 		{"abc", Invalid, inherited, true},
 		{"-5", Invalid, inherited, true},
-		{"", Default, DefaultNS, false},
+		{"", Invalid, inherited, true},
 		{"12x", Invalid, inherited, true},
 		{"2000000000", Invalid, inherited, true},
 	} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestReport$", "-test.v")
 		cmd.Env = append(without(os.Environ(), "WARMPATH_TIMERSLACK_NS"), "TIMERSLACK_REPORT=1")
-		if c.env != "" {
+		if c.env != unset {
 			cmd.Env = append(cmd.Env, "WARMPATH_TIMERSLACK_NS="+c.env)
 		}
 		out, err := cmd.CombinedOutput()
