@@ -94,7 +94,7 @@ func newObserveMetrics(o component.Options, sc telemetry.Semconv, tenantLabels b
 		}, []string{"worker"}),
 		predictedTPOT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "warmpath_predicted_tpot_seconds",
-			Help:    "Predicted time per output token of the chosen worker at decision time.",
+			Help:    "Predicted typical (median) time per output token of the chosen worker at decision time.",
 			Buckets: genAITPOTBuckets,
 		}, []string{"worker"}),
 		tpotError: prometheus.NewHistogramVec(prometheus.HistogramOpts{

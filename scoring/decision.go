@@ -159,9 +159,11 @@ type Candidate struct {
 	Prefill       time.Duration
 	Overhead      time.Duration
 	PredictedTTFT time.Duration
-	// PredictedTPOT is the predicted time per output token after the
-	// first, and PredictedE2E the predicted time to the last token:
-	// PredictedTTFT + (output tokens − 1) × PredictedTPOT.
+	// PredictedTPOT is the typical (median) time per output token after
+	// the first, and PredictedE2E the expected time to the last token:
+	// PredictedTTFT + (output tokens − 1) × the expected TPOT. The two
+	// TPOTs part where few prompts arrive during a response: most such
+	// responses see none of their prefill (see predictDecode).
 	PredictedTPOT time.Duration
 	PredictedE2E  time.Duration
 	// Slowdown is the time the request would add, summed over the

@@ -28,9 +28,10 @@ type decodeMeter struct {
 	ctx  float64
 	sum  meterReading
 	// routed is the uncached tokens routed to the worker, each decayed by
-	// exp(−age/RateWindow) since; routedAt is when it was last decayed,
-	// firstRouted when the first was counted.
-	routed                float64
+	// exp(−age/RateWindow) since, and routedSq the sum of their squares
+	// decayed alike; routedAt is when they were last decayed, firstRouted
+	// when the first was counted.
+	routed, routedSq      float64
 	routedAt, firstRouted time.Time
 	// mean is the requests running on the worker (decoding or queued
 	// ahead) as decisions found them, and meanCtx their context tokens,
@@ -100,7 +101,9 @@ func (m *decodeMeter) ended(a *assignment, t time.Time) meterReading {
 func (m *decodeMeter) decay(now time.Time, window time.Duration) {
 	if now.After(m.routedAt) {
 		if !m.routedAt.IsZero() {
-			m.routed *= math.Exp(-now.Sub(m.routedAt).Seconds() / window.Seconds())
+			k := math.Exp(-now.Sub(m.routedAt).Seconds() / window.Seconds())
+			m.routed *= k
+			m.routedSq *= k
 		}
 		m.routedAt = now
 	}
@@ -113,6 +116,7 @@ func (m *decodeMeter) route(uncached float64, now time.Time, window time.Duratio
 		m.firstRouted = now
 	}
 	m.routed += uncached
+	m.routedSq += uncached * uncached
 }
 
 // rate returns the prefill tokens per second routed to the worker lately.
@@ -129,6 +133,19 @@ func (m *decodeMeter) rate(now time.Time, window time.Duration) float64 {
 	w := window.Seconds()
 	covered := w * -math.Expm1(-max(now.Sub(m.firstRouted).Seconds(), 0)/w)
 	return m.routed / max(covered, w/10)
+}
+
+// arrivals returns the prompts per second routed to the worker lately,
+// each counted by its size: (Σu)²/Σu² of the routed uncached tokens u is
+// their number when they are alike and the number of the large ones when
+// a few large prompts carry most of the tokens, which are the arrivals a
+// decoding response notices.
+func (m *decodeMeter) arrivals(now time.Time, window time.Duration) float64 {
+	r := m.rate(now, window)
+	if r <= 0 || m.routedSq <= 0 {
+		return 0
+	}
+	return r * m.routed / m.routedSq
 }
 
 // sample counts the running requests and their context tokens a
@@ -160,39 +177,87 @@ type decodeLoad struct {
 	// those its prefill delays.
 	others float64
 	// rate is the prefill tokens per second the worker's steps carry
-	// besides; budget its token budget per step.
-	rate, budget float64
+	// besides, arrivals the prompts per second that bring them (see
+	// decodeMeter.arrivals); budget its token budget per step.
+	rate, arrivals, budget float64
+	// ttft is the request's predicted time to first token: prompts
+	// routed there meanwhile wait behind it and prefill in its decode
+	// steps.
+	ttft float64
 	// prompt and uncached are the request's prompt and prefill tokens, out
 	// its expected output tokens per sequence, seqs its sequences (its
 	// choices, n; 0 is one).
 	prompt, uncached, out, seqs float64
 }
 
-// predictDecode returns the request's predicted time per output token on
-// the worker, and the time it adds to the other sequences' responses
-// there, in seconds.
+// decodePrediction is the decode model's answer for one request on one
+// worker, in seconds.
+type decodePrediction struct {
+	// tpot is the expected time per output token: what the request's
+	// predicted end to end counts.
+	tpot float64
+	// typical is the time per output token the request most likely gets,
+	// the median: where few prompts arrive during a response, most
+	// responses see none of their prefill, and a few see all of one.
+	typical float64
+	// slowdown is the time the request adds to the other sequences'
+	// responses on the worker.
+	slowdown float64
+}
+
+// predictDecode predicts the request's time per output token on the
+// worker, and the time it adds to the other sequences' responses there.
 //
 // A decode step costs StepOverhead + DecodePerSeq × batch +
 // ContextPerToken × context, and prefill work arriving at rate λ takes a
 // share PrefillPerToken × λ of the worker's time, during which no token is
-// decoded: TPOT = step / (1 − share), never more than a step that also
-// prefills a full chunk, which is what every step is once prefill arrives
-// faster than the worker computes it (share ≥ 1). The others decoding now
-// wait for the request's prefill; the rest of the batch it decodes with
-// wait, in every one of its decode steps, for its sequences.
-func predictDecode(m StepModel, l decodeLoad) (tpot, slowdown float64) {
+// decoded: the expected TPOT = step / (1 − share), never more than a step
+// that also prefills a full chunk, which is what every step is once
+// prefill arrives faster than the worker computes it (share ≥ 1). The
+// others decoding now wait for the request's prefill; the rest of the
+// batch it decodes with wait, in every one of its decode steps, for its
+// sequences.
+//
+// That prefill comes in prompts, and a response of few tokens sees whole
+// ones or none: of k prompts expected between the decision and its last
+// token (those routed during its wait and prefill queue behind it and
+// prefill in its decode steps), it most likely sees the Poisson median of
+// k, none while k < ln 2. The typical TPOT is the step plus the expected
+// prefill's time scaled by that median over k, which tends to the
+// expected TPOT as k grows. A saturated worker has a backlog of prefill,
+// not arrivals: its typical step is the full one.
+func predictDecode(m StepModel, l decodeLoad) decodePrediction {
 	step := m.StepOverhead + m.DecodePerSeq*l.batch + m.ContextPerToken*l.ctx
 	share := m.PrefillPerToken * l.rate
 	full := step + m.PrefillPerToken*max(l.budget-l.batch, 0)
-	tpot = full
+	tpot := full
 	if share < 1 {
 		tpot = min(step/(1-share), full)
 	}
 	steps := max(l.out-1, 0)
 	seqs := max(l.seqs, 1)
 	own := seqs * (m.DecodePerSeq + m.ContextPerToken*(l.prompt+l.out/2))
-	slowdown = max(l.others, 0)*m.PrefillPerToken*l.uncached + max(l.batch-seqs, 0)*steps*own
-	return max(tpot, 0), max(slowdown, 0)
+	slowdown := max(l.others, 0)*m.PrefillPerToken*l.uncached + max(l.batch-seqs, 0)*steps*own
+	tpot, step = max(tpot, 0), max(step, 0)
+	typical := tpot
+	if k := l.arrivals * (max(l.ttft, 0) + steps*tpot); share < 1 && k < math.Inf(1) {
+		typical = step + (tpot-step)*typicalShare(k)
+	}
+	return decodePrediction{tpot: tpot, typical: typical, slowdown: max(slowdown, 0)}
+}
+
+// typicalShare returns the share of the expected prefill a response most
+// likely sees when k prompts are expected during it: the median of a
+// Poisson count of mean k over k, 0 while k < ln 2. The median is
+// approximated by ⌊k + 1/3 − 0.02/k⌋, within Choi's bounds k − ln 2 ≤
+// median < k + 1/3. It is never more than 1: just past ln 2 the median
+// count, one prompt, exceeds k, but the prompts' sizes are skewed and one
+// prompt's typical prefill is below its mean.
+func typicalShare(k float64) float64 {
+	if k < math.Ln2 {
+		return 0
+	}
+	return min(math.Floor(k+1.0/3-0.02/k)/k, 1)
 }
 
 // decodeFeatures is the feature vector whose dot product with the decode

@@ -12,25 +12,51 @@ func near(got, want, rel float64) bool { return math.Abs(got-want) <= rel*math.A
 func TestPredictDecode(t *testing.T) {
 	t.Parallel()
 	m := StepModel{StepOverhead: 0.010, PrefillPerToken: 100e-6, DecodePerSeq: 200e-6, ContextPerToken: 10e-9}
+	// step 0.010 + 4×200µs + 8000×10ns = 0.01088 for the loads below with
+	// four decoding; prefill at 2000 tokens/s takes 100 µs × 2000 = 20% of
+	// the worker's time.
+	const step4 = 0.01088
 	tests := []struct {
-		name           string
-		l              decodeLoad
-		tpot, slowdown float64
+		name                    string
+		l                       decodeLoad
+		tpot, typical, slowdown float64
 	}{
 		{
-			name: "alone: one step per token, nobody to slow",
-			l:    decodeLoad{batch: 1, ctx: 1000, budget: 8192, prompt: 1000, uncached: 1000, out: 101},
-			tpot: 0.010 + 200e-6 + 10e-9*1000,
+			name:    "alone: one step per token, nobody to slow",
+			l:       decodeLoad{batch: 1, ctx: 1000, budget: 8192, prompt: 1000, uncached: 1000, out: 101},
+			tpot:    0.010 + 200e-6 + 10e-9*1000,
+			typical: 0.010 + 200e-6 + 10e-9*1000,
 		},
 		{
-			// step 0.010 + 4×200µs + 8000×10ns = 0.01088; prefill takes
-			// 100 µs × 2000 tokens/s = 20% of the time.
-			name: "prefill routed to the worker stretches every token",
-			l:    decodeLoad{batch: 4, ctx: 8000, others: 2, rate: 2000, budget: 8192, prompt: 1000, uncached: 500, out: 101},
-			tpot: 0.01088 / 0.8,
+			// Two 1000-token prompts a second: 0.1 + 100 × 0.0136 s of
+			// response expects 2.92 of them, whose median, 3, is more
+			// than 2.92: the typical is the expected.
+			name:    "prefill routed to the worker stretches every token",
+			l:       decodeLoad{batch: 4, ctx: 8000, others: 2, rate: 2000, arrivals: 2, ttft: 0.1, budget: 8192, prompt: 1000, uncached: 500, out: 101},
+			tpot:    step4 / 0.8,
+			typical: step4 / 0.8,
 			// two decoding now wait for 500 tokens of prefill; three on
 			// average share 100 steps with a sequence of 1000 + 50.5
 			// context tokens.
+			slowdown: 2*100e-6*500 + 3*100*(200e-6+10e-9*1050.5),
+		},
+		{
+			// The same tokens in 20 000-token prompts, one each 10 s: a
+			// response of 5 tokens after 0.2 s expects 0.1 × 0.254 of one,
+			// and most such responses see none.
+			name:     "a short response beside rare long prompts most likely sees none of them",
+			l:        decodeLoad{batch: 4, ctx: 8000, others: 2, rate: 2000, arrivals: 0.1, ttft: 0.2, budget: 8192, prompt: 1000, uncached: 500, out: 5},
+			tpot:     step4 / 0.8,
+			typical:  step4,
+			slowdown: 2*100e-6*500 + 3*4*(200e-6+10e-9*1002.5),
+		},
+		{
+			// 1.5 prompts expected over 0.2 + 100 × 0.0136 s: the median
+			// is one, two thirds of the expected prefill.
+			name:     "a few prompts expected: the median count's share of their prefill",
+			l:        decodeLoad{batch: 4, ctx: 8000, others: 2, rate: 2000, arrivals: 1.5 / 1.56, ttft: 0.2, budget: 8192, prompt: 1000, uncached: 500, out: 101},
+			tpot:     step4 / 0.8,
+			typical:  step4 + (step4/0.8-step4)/1.5,
 			slowdown: 2*100e-6*500 + 3*100*(200e-6+10e-9*1050.5),
 		},
 		{
@@ -39,23 +65,56 @@ func TestPredictDecode(t *testing.T) {
 			name:     "several choices decode side by side",
 			l:        decodeLoad{batch: 5, ctx: 6000, others: 2, budget: 8192, prompt: 1000, uncached: 0, out: 101, seqs: 3},
 			tpot:     0.010 + 5*200e-6 + 10e-9*6000,
+			typical:  0.010 + 5*200e-6 + 10e-9*6000,
 			slowdown: 2 * 100 * 3 * (200e-6 + 10e-9*1050.5),
 		},
 		{
-			name: "a saturated worker's token is one full chunk step",
-			l:    decodeLoad{batch: 2, ctx: 0, others: 1, rate: 1e6, budget: 1024, prompt: 10, uncached: 0, out: 2},
-			tpot: 0.010 + 2*200e-6 + 100e-6*1022,
+			name:    "a saturated worker's token is one full chunk step",
+			l:       decodeLoad{batch: 2, ctx: 0, others: 1, rate: 1e6, arrivals: 1000, budget: 1024, prompt: 10, uncached: 0, out: 2},
+			tpot:    0.010 + 2*200e-6 + 100e-6*1022,
+			typical: 0.010 + 2*200e-6 + 100e-6*1022,
 			// one other, one decode step of the request's own.
 			slowdown: 200e-6 + 10e-9*11,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tpot, slow := predictDecode(m, tt.l)
-			if !near(tpot, tt.tpot, 1e-9) || !near(slow, tt.slowdown, 1e-9) {
-				t.Errorf("tpot, slowdown = %v, %v; want %v, %v", tpot, slow, tt.tpot, tt.slowdown)
+			dp := predictDecode(m, tt.l)
+			if !near(dp.tpot, tt.tpot, 1e-9) || !near(dp.typical, tt.typical, 1e-9) || !near(dp.slowdown, tt.slowdown, 1e-9) {
+				t.Errorf("tpot, typical, slowdown = %v, %v, %v; want %v, %v, %v",
+					dp.tpot, dp.typical, dp.slowdown, tt.tpot, tt.typical, tt.slowdown)
 			}
 		})
+	}
+}
+
+// TestTypicalShare checks the Poisson median the typical TPOT rests on
+// against the median counted from the distribution itself, wherever the
+// distribution function is not within a hair of one half (where the
+// median jumps and any approximation may land on either side).
+func TestTypicalShare(t *testing.T) {
+	t.Parallel()
+	for i := 1; i <= 1000; i++ {
+		k := float64(i) / 20
+		median, cdf, p := 0, 0.0, math.Exp(-k)
+		for {
+			cdf += p
+			if cdf >= 0.5 {
+				break
+			}
+			median++
+			p *= k / float64(median)
+		}
+		if math.Abs(cdf-0.5) < 1e-3 || math.Abs(cdf-p-0.5) < 1e-3 {
+			continue
+		}
+		want := min(float64(median)/k, 1)
+		if got := typicalShare(k); !near(got, want, 1e-12) {
+			t.Errorf("typicalShare(%v) = %v, want %v (median %d)", k, got, want, median)
+		}
+	}
+	if got := typicalShare(0); got != 0 {
+		t.Errorf("typicalShare(0) = %v, want 0", got)
 	}
 }
 
@@ -130,6 +189,38 @@ func TestRoutedRateDecays(t *testing.T) {
 	var none decodeMeter
 	if r := none.rate(now, w); r != 0 {
 		t.Errorf("rate %v with nothing ever routed", r)
+	}
+}
+
+// TestRoutedArrivals checks the prompts per second the meter counts:
+// alike prompts by their number, and a few large ones among many small by
+// the large ones' number.
+func TestRoutedArrivals(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	w := 10 * time.Second
+	now := t0.Add(10 * time.Second)
+	var alike decodeMeter
+	for i := range 100 {
+		alike.route(1000, t0.Add(time.Duration(i)*100*time.Millisecond), w) // 10 prompts/s
+	}
+	if a := alike.arrivals(now, w); !near(a, 10, 0.06) {
+		t.Errorf("arrivals %v of 10 alike prompts/s", a)
+	}
+	var mixed decodeMeter
+	for i := range 100 {
+		at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		mixed.route(20, at, w)
+		if i%10 == 0 {
+			mixed.route(20000, at, w) // one a second
+		}
+	}
+	if a := mixed.arrivals(now, w); !near(a, 1, 0.1) {
+		t.Errorf("arrivals %v of one 20 000-token prompt a second among ten of 20 tokens", a)
+	}
+	var none decodeMeter
+	if a := none.arrivals(now, w); a != 0 {
+		t.Errorf("arrivals %v with nothing ever routed", a)
 	}
 }
 

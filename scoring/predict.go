@@ -103,20 +103,23 @@ func (p *predictor) predict(r *Router, req *Request, d *Decision, ws Workers, f 
 		ctx := l.decodeCtx + l.aheadCtx + others*typOut/2
 		mean, meanCtx := p.ledgers[i].meter.sample(others, ctx, now, r.cfg.RateWindow)
 		seqs := float64(req.sequences())
-		tpot, slow := predictDecode(p.models[i].dec.model(), decodeLoad{
+		meter := &p.ledgers[i].meter
+		dp := predictDecode(p.models[i].dec.model(), decodeLoad{
 			batch:    (others+mean)/2 + seqs,
 			ctx:      (ctx+meanCtx)/2 + seqs*(w.prompt+out/2),
 			others:   others,
-			rate:     p.ledgers[i].meter.rate(now, r.cfg.RateWindow),
+			rate:     meter.rate(now, r.cfg.RateWindow),
+			arrivals: meter.arrivals(now, r.cfg.RateWindow),
 			budget:   w.budget,
+			ttft:     c.PredictedTTFT.Seconds(),
 			prompt:   w.prompt,
 			uncached: v.uncached[i],
 			out:      out,
 			seqs:     seqs,
 		})
-		c.PredictedTPOT = seconds(tpot)
-		c.PredictedE2E = c.PredictedTTFT + seconds(tpot*max(out-1, 0))
-		c.Slowdown = seconds(slow)
+		c.PredictedTPOT = seconds(dp.typical)
+		c.PredictedE2E = c.PredictedTTFT + seconds(dp.tpot*max(out-1, 0))
+		c.Slowdown = seconds(dp.slowdown)
 		c.InFlight = l.inflight
 		c.WorkAhead = int(math.Round(l.ahead))
 		c.Decoding = int(math.Round(l.decoding))

@@ -53,8 +53,8 @@ type Accuracy struct {
 // that did not complete.
 //
 // The TPOT figures count only responses that ended by the last decision.
-// A predicted TPOT is an expectation over the prefill that keeps arriving
-// while the response decodes, at the rate the worker has seen; once a
+// A predicted TPOT counts the prefill that keeps arriving while the
+// response decodes, at the rate the worker has seen; once a
 // replay has sent its last request nothing arrives, and a response still
 // decoding then is faster than predicted by construction, as its batch
 // empties. Those drained responses are counted apart (the warm-up is the
