@@ -40,14 +40,24 @@
 // learned without being described. The cached-token prediction is checked
 // against the engine's answer and a persistent gap is reported.
 //
+// The decode model (decode.go) predicts, per candidate, the time per
+// output token the request will get and the time it adds to the responses
+// decoding there, from a per-worker decode step model fitted to each
+// watched response's inter-token time and the prefill routed to the worker
+// lately. A decision reports the typical (median) time per output token,
+// what a response of few tokens beside rare long prompts most likely sees,
+// and counts the expected one in its predicted end to end.
+//
 // Load is reserved at decision time (so a concurrent burst sees it) and
 // released by Done. Callers that see the response stream should call
 // FirstToken at the first content chunk: from then on the prefill work
 // ahead on a worker is what is really still prefilling.
 //
-// The deciding policy is warmpath's own (lowest predicted TTFT, with an
-// explained load-spreading tie-break, wider for prefixes cached nowhere so
-// that new prefixes spread over all caches) or a baseline chosen by name:
+// The deciding policy is warmpath's own (the lowest predicted cost under
+// the configured Objective: TTFT, the whole response, or the request's
+// latency targets; with an explained load-spreading tie-break, wider for
+// prefixes cached nowhere so that new prefixes spread over all caches) or
+// a baseline chosen by name:
 // random, round-robin, least-request, prefix-max, affinity (llm-d style
 // affinity until saturated) and dynamo-cost. All go through the same data
 // path and reservation, and any of them can run in shadow on every request
