@@ -57,9 +57,9 @@
 // the configured Objective: TTFT, the whole response, or the request's
 // latency targets; with an explained load-spreading tie-break, wider for
 // prefixes cached nowhere so that new prefixes spread over all caches) or
-// a baseline chosen by name:
-// random, round-robin, least-request, prefix-max, affinity (llm-d style
-// affinity until saturated) and dynamo-cost. All go through the same data
+// a baseline chosen by name: random, round-robin, least-request,
+// prefix-max, affinity (llm-d style affinity until saturated) and
+// dynamo-cost. All go through the same data
 // path and reservation, and any of them can run in shadow on every request
 // to measure predicted regret without changing the decision.
 //
