@@ -1,6 +1,7 @@
 package scoring
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -95,6 +96,8 @@ func TestE2EPredictions(t *testing.T) {
 	}
 	w0, w1 := d.Candidates[0], d.Candidates[1]
 	for _, c := range d.Candidates {
+		// Nothing was routed before: the typical TPOT is the expected one
+		// (TestTypicalTPOT parts them).
 		e2e := c.PredictedTTFT + time.Duration(255*float64(c.PredictedTPOT))
 		if d := c.PredictedE2E - e2e; d < -time.Microsecond || d > time.Microsecond {
 			t.Errorf("%s: e2e %v is not ttft + 255 × tpot = %v", c.Worker, c.PredictedE2E, e2e)
@@ -143,4 +146,46 @@ func TestObjectiveConfig(t *testing.T) {
 	if got := cfg.slo("other", SLO{}); got != cfg.DefaultSLO {
 		t.Errorf("unlisted model: %+v, want the default", got)
 	}
+}
+
+// TestTypicalTPOT checks the TPOT a decision reports against the expected
+// one its predicted E2E counts: on a worker sent a 16000-token prompt every
+// four seconds,
+// a response of three tokens most likely sees none of their prefill, and
+// one of two thousand sees about its expected share.
+func TestTypicalTPOT(t *testing.T) {
+	t.Parallel()
+	g := newRig(t, PolicyWarmpath, DefaultConfig(), nil)
+	ws := pool(1)
+	g.load.reports["w0"] = loadReport{Running: 4, Scraped: g.clock.Now()}
+	for i := range 5 {
+		d, err := g.r.Pick(t.Context(), &Request{ID: fmt.Sprint("long", i), Model: "m", TokenIDs: prompt(10+i, 0, 16000), MaxTokens: 1}, ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.clock.Advance(4 * time.Second)
+		g.r.Done(d, Outcome{End: EndAborted})
+		g.load.reports["w0"] = loadReport{Running: 4, Scraped: g.clock.Now()}
+	}
+	expected := func(c Candidate, out int) time.Duration {
+		return (c.PredictedE2E - c.PredictedTTFT) / time.Duration(out-1)
+	}
+	short, err := g.r.Predict(t.Context(), &Request{ID: "short", Model: "m", TokenIDs: prompt(1, 0, 100), MaxTokens: 4}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := short.Chosen
+	if e := expected(c, 4); !(c.PredictedTPOT < e*9/10) {
+		t.Errorf("short response: typical TPOT %v, expected %v: a short response most likely sees no prefill", c.PredictedTPOT, e)
+	}
+	long, err := g.r.Predict(t.Context(), &Request{ID: "long", Model: "m", TokenIDs: prompt(2, 0, 100), MaxTokens: 2000}, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = long.Chosen
+	if e := expected(c, 2000); c.PredictedTPOT > e || c.PredictedTPOT < e*9/10 {
+		t.Errorf("long response: typical TPOT %v, expected %v: within a tenth of it", c.PredictedTPOT, e)
+	}
+	t.Logf("short: typical %v, expected %v; long: typical %v, expected %v",
+		short.Chosen.PredictedTPOT, expected(short.Chosen, 4), c.PredictedTPOT, expected(c, 2000))
 }
