@@ -10,7 +10,10 @@
 //
 // With -ahead N the pooled predictions are also split by the work the
 // chosen worker had queued ahead of the request: more than N tokens, or
-// not.
+// not. With -arrivals N they are split by whether a prompt of more than N
+// uncached tokens was routed to the same worker after the decision and
+// before the response ended: prefill no prediction made at the decision
+// can know of, which lands in the response's decode steps.
 package main
 
 import (
@@ -36,6 +39,7 @@ func run(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("accuracy", flag.ContinueOnError)
 	warmup := fs.Int("warmup", 25, "leading decisions of each run left out (the benchmark's accuracy warm-up)")
 	ahead := fs.Int("ahead", 0, "also split the pooled predictions by work queued ahead: more than this many tokens, or not (0: no split)")
+	arrivals := fs.Int("arrivals", 0, "also split the pooled predictions by whether a prompt of more than this many uncached tokens reached the same worker during the response (0: no split)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -60,7 +64,52 @@ func run(args []string, stdout io.Writer) error {
 		row(stdout, fmt.Sprintf("pooled, %d tokens ahead or fewer", n),
 			harness.PoolAccuracy(runs, *warmup, func(r harness.Record) bool { return r.Chosen.WorkAhead <= n }))
 	}
+	if n := *arrivals; n > 0 {
+		saw := make(map[recordKey]bool)
+		for _, rs := range runs {
+			markArrivals(rs, n, saw)
+		}
+		split := func(want bool) func(harness.Record) bool {
+			return func(r harness.Record) bool {
+				got, known := saw[keyOf(r)]
+				return known && got == want
+			}
+		}
+		row(stdout, fmt.Sprintf("pooled, a prompt of more than %d uncached tokens arrived during the response", n),
+			harness.PoolAccuracy(runs, *warmup, split(true)))
+		row(stdout, fmt.Sprintf("pooled, none of more than %d arrived", n), harness.PoolAccuracy(runs, *warmup, split(false)))
+	}
 	return nil
+}
+
+// recordKey names a record across the runs pooled: its decision time and
+// sequence number.
+type recordKey struct {
+	decided int64
+	seq     int
+}
+
+func keyOf(r harness.Record) recordKey { return recordKey{r.Decided.UnixNano(), r.Seq} }
+
+// markArrivals records in saw, for each record of one run with its
+// decision and end times, whether another request of more than n uncached
+// tokens was routed to its worker strictly between them. Records without
+// both times are left out of saw: neither side of the split.
+func markArrivals(rs []harness.Record, n int, saw map[recordKey]bool) {
+	for _, r := range rs {
+		if r.Decided.IsZero() || r.Ended.IsZero() {
+			continue
+		}
+		arrived := false
+		for _, o := range rs {
+			if o.Worker == r.Worker && o.PromptTokens-o.Chosen.CachedTokens > n &&
+				o.Decided.After(r.Decided) && o.Decided.Before(r.Ended) {
+				arrived = true
+				break
+			}
+		}
+		saw[keyOf(r)] = arrived
+	}
 }
 
 func row(w io.Writer, name string, a harness.Accuracy) {

@@ -57,6 +57,40 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestRunArrivals splits the predictions by the prompts routed to the
+// same worker while each response ran.
+func TestRunArrivals(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 7, 21, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	rec := func(seq int, worker string, prompt int, from, to float64, got time.Duration) harness.Record {
+		return harness.Record{Seq: seq, Worker: worker, PromptTokens: prompt, PredictedTTFT: 100 * time.Millisecond,
+			Decided: at(from), Ended: at(to), Outcome: scoring.Outcome{End: scoring.EndCompleted, TTFT: got, CachedTokens: -1}}
+	}
+	path := filepath.Join(t.TempDir(), "a.jsonl")
+	writeLog(t, path, []harness.Record{
+		rec(0, "w0", 100, 0, 1, 50*time.Millisecond),    // sees 1 arrive on w0
+		rec(1, "w0", 2000, 0.5, 3, 80*time.Millisecond), // sees only 3's 100 tokens
+		rec(2, "w1", 4000, 0.7, 2, 90*time.Millisecond), // another worker: not 0's
+		rec(3, "w0", 100, 2, 2.5, 125*time.Millisecond), // nothing after it
+		{Seq: 4, Worker: "w0", PromptTokens: 100, PredictedTTFT: 100 * time.Millisecond, // no times: neither
+			Outcome: scoring.Outcome{End: scoring.EndCompleted, TTFT: 100 * time.Millisecond, CachedTokens: -1}},
+	})
+	var out strings.Builder
+	if err := run([]string{"-warmup", "0", "-arrivals", "500", path}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| pooled, 1 runs | 5 |",
+		"| pooled, a prompt of more than 500 uncached tokens arrived during the response | 1 | 100.0% |",
+		"| pooled, none of more than 500 arrived | 3 |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
 // TestRunBadLog: a log that is not JSON lines is an error naming it.
 func TestRunBadLog(t *testing.T) {
 	t.Parallel()
