@@ -319,9 +319,8 @@ func (s *workerLedger) carriedTo(decided time.Time, uncached float64, m StepMode
 	if c <= 0 {
 		return 0
 	}
-	w := workload{ahead: budget - decoding - carried + c, decoding: decoding, decodeCtx: decodeCtx, budget: budget}
-	q, _ := w.parts()
-	began := s.lastFirst.Add(-time.Duration(dot(q, m.vector()) * float64(time.Second)))
+	step := queueWait(m, budget-decoding-carried+c, decoding, decodeCtx, budget)
+	began := s.lastFirst.Add(-time.Duration(step * float64(time.Second)))
 	if decided.After(began) {
 		return 0
 	}
@@ -582,12 +581,19 @@ func streamPace(m StepModel, queued, decoding, decodeCtx, budget float64) float6
 	if queued <= 0 {
 		return m.PrefillPerToken
 	}
-	w := workload{ahead: queued, decoding: decoding, decodeCtx: decodeCtx, budget: budget}
-	q, _ := w.parts()
-	if pace := dot(q, m.vector()) / queued; pace > 0 {
+	if pace := queueWait(m, queued, decoding, decodeCtx, budget) / queued; pace > 0 {
 		return pace
 	}
 	return m.PrefillPerToken
+}
+
+// queueWait returns the seconds m predicts a request waits behind ahead
+// prefill tokens beside decoding sequences of decodeCtx context tokens:
+// the queue part of its TTFT (workload.parts).
+func queueWait(m StepModel, ahead, decoding, decodeCtx, budget float64) float64 {
+	w := workload{ahead: ahead, decoding: decoding, decodeCtx: decodeCtx, budget: budget}
+	q, _ := w.parts()
+	return dot(q, m.vector())
 }
 
 // markUnexplained flags the router's own assignments that were waiting for
