@@ -495,6 +495,9 @@ func short(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *report)
 			}
 			warmFamilies(s, fw, o.seed+uint64(r))
 			res, err := runRate(ctx, s, o, "short", rate, fw.next, resp)
+			if o.pprof && err == nil {
+				err = saveProfiles(s, o.out, fmt.Sprintf("short-%g-%d", rate, r))
+			}
 			s.close()
 			if err != nil {
 				return err
