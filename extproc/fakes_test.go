@@ -18,6 +18,7 @@ import (
 
 	"github.com/warmpath/warmpath/discovery"
 	"github.com/warmpath/warmpath/internal/component"
+	"github.com/warmpath/warmpath/internal/grpcbuf"
 	"github.com/warmpath/warmpath/scoring"
 )
 
@@ -161,7 +162,8 @@ func serveLoopback(t testing.TB, srv *Server) extprocv3.ExternalProcessorClient 
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	// warmpath's own codec, as internal/app serves with it.
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(grpcbuf.Codec{Pool: &grpcbuf.Pool{}}))
 	extprocv3.RegisterExternalProcessorServer(gs, srv)
 	served := make(chan struct{})
 	go func() {

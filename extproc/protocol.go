@@ -56,6 +56,9 @@ type exchange struct {
 	proto protocol
 	route routing
 	trace *requestTrace // nil when tracing is off
+	// chunks are the streamed body replies of the request's and the
+	// response's direction, made on first use.
+	chunks [2]*chunkReply
 }
 
 // protocol is what Envoy has sent so far and what warmpath owes it.
@@ -80,6 +83,24 @@ func (ex *exchange) send(r *extprocv3.ProcessingResponse) error {
 		return nil
 	}
 	return ex.stream.Send(r)
+}
+
+// sendChunk sends b back to Envoy as the next FULL_DUPLEX_STREAMED piece of
+// the response's body, or of the request's, the last when eos.
+func (ex *exchange) sendChunk(response bool, b []byte, eos bool) error {
+	if ex.proto.observe {
+		return nil
+	}
+	i := 0
+	if response {
+		i = 1
+	}
+	if ex.chunks[i] == nil {
+		ex.chunks[i] = newChunkReply(response)
+	}
+	err := ex.stream.SendMsg(ex.chunks[i].fill(b, eos))
+	ex.chunks[i].fill(nil, false) // sent: hold on to no body
+	return err
 }
 
 func (s *Server) handle(ctx context.Context, ex *exchange, r *extprocv3.ProcessingRequest) error {
@@ -314,7 +335,7 @@ func (s *Server) routeReplyFullDuplex(ctx context.Context, ex *exchange, eos boo
 	for {
 		n := min(len(body), maxChunk)
 		last := n == len(body)
-		if err := ex.send(streamedChunk(false, body[:n], last && eos)); err != nil {
+		if err := ex.sendChunk(false, body[:n], last && eos); err != nil {
 			return err
 		}
 		if last {
@@ -420,11 +441,13 @@ func (s *Server) responseBody(ex *exchange, b *extprocv3.HttpBody) error {
 	}
 	start := s.now()
 	s.watch(ex, b.GetBody())
-	reply := emptyResponseBody
+	var err error
 	if p.respMode == modeFullDuplex {
-		reply = streamedChunk(true, b.GetBody(), b.GetEndOfStream())
+		err = ex.sendChunk(true, b.GetBody(), b.GetEndOfStream())
+	} else {
+		err = ex.send(emptyResponseBody)
 	}
-	if err := ex.send(reply); err != nil {
+	if err != nil {
 		return err
 	}
 	s.m.chunkDuration.Observe(s.now().Sub(start).Seconds())

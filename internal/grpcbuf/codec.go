@@ -21,8 +21,23 @@ func message(v any) proto.Message {
 
 // Codec is the proto codec with its buffers from Pool, for
 // grpc.ForceServerCodecV2. It marshals and unmarshals exactly as grpc-go's
-// registered "proto" codec does; only where the buffers come from differs.
+// registered "proto" codec does; only where the buffers come from differs,
+// and that a WireAppender writes itself.
 type Codec struct{ Pool *Pool }
+
+// WireAppender is a proto message that writes its own wire form: a hot
+// message of a fixed shape (a streamed body chunk, sent once per response
+// token) skips the reflection of proto.Size and proto.Marshal, which cost
+// twenty times the copy of a short chunk. What AppendWire writes must be
+// exactly what proto.Marshal writes for the message, which its own tests
+// check; other codecs marshal the message itself.
+type WireAppender interface {
+	proto.Message
+	// WireSize is the length of the wire form.
+	WireSize() int
+	// AppendWire appends the wire form, WireSize bytes, to b.
+	AppendWire(b []byte) []byte
+}
 
 // Name is the codec's content subtype, the registered proto codec's.
 func (Codec) Name() string { return "proto" }
@@ -31,6 +46,9 @@ func (Codec) Name() string { return "proto" }
 // their own slice; the rest a buffer from the pool that gRPC returns once
 // the frame is written.
 func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
+	if w, ok := v.(WireAppender); ok {
+		return c.marshalWire(w), nil
+	}
 	m := message(v)
 	if m == nil {
 		return nil, fmt.Errorf("grpcbuf: marshal %T: not a proto.Message", v)
@@ -54,6 +72,18 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 	}
 	*b = out
 	return mem.BufferSlice{mem.NewBuffer(b, c.Pool)}, nil
+}
+
+// marshalWire encodes a WireAppender as Marshal does a message: a small
+// one in its own slice, the rest in a buffer from the pool.
+func (c Codec) marshalWire(w WireAppender) mem.BufferSlice {
+	size := w.WireSize()
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		return mem.BufferSlice{mem.SliceBuffer(w.AppendWire(make([]byte, 0, size)))}
+	}
+	b := c.Pool.Get(size)
+	*b = w.AppendWire((*b)[:0])
+	return mem.BufferSlice{mem.NewBuffer(b, c.Pool)}
 }
 
 // Unmarshal decodes data into v, which must be a proto.Message. The
