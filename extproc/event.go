@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"math"
 	"slices"
+
+	"github.com/warmpath/warmpath/internal/jsonvalid"
 )
 
 // eventFields are what the watcher reads from one event's data: the
@@ -34,7 +36,7 @@ type optInt struct {
 // into streamEvent fails. The common events are read by scanEvent without
 // decoding them; anything it does not read exactly goes to the decoder.
 func readEvent(data []byte) (eventFields, error) {
-	if !json.Valid(data) {
+	if !jsonvalid.Valid(data) {
 		var ev streamEvent
 		return eventFields{}, json.Unmarshal(data, &ev) // the decoder's own syntax error
 	}
