@@ -24,7 +24,8 @@
 //     of each request's exchange is reported apart from the CPU after it,
 //     when the engine's KV events for the blocks it stored are applied.
 //   - short: ~220-token chats at each of -short-rates, for the highest rate
-//     with client p99 ≤ 2 ms.
+//     with client p99 ≤ 2 ms; -short-tokens lengthens their streamed answers,
+//     for the response watching under many concurrent streams.
 //   - peers (not in the default list): chat8k at -rate on one replica
 //     alone and on one whose ledger a second replica shares (a second
 //     warmpath serve, to which nothing is routed), in -runs pairs: what
@@ -86,20 +87,22 @@ type options struct {
 	warmup     time.Duration
 	rate       float64
 	shortRates []float64
-	workers    int
-	conns      int
-	binary     string
-	tokenizer  string
-	out        string
-	pprof      bool
-	trace      time.Duration
-	echo       bool
-	seed       uint64
-	long       int    // requests per chat100k series
-	longWarmup int    // unmeasured cold chats before the chat100k series
-	peerCfg    string // stackOptions.peerCfg of the peers scenario
-	env        []string
-	mode       bodyMode // how request bodies are sent
+	// shortTokens is the tokens of each short chat's streamed answer.
+	shortTokens int
+	workers     int
+	conns       int
+	binary      string
+	tokenizer   string
+	out         string
+	pprof       bool
+	trace       time.Duration
+	echo        bool
+	seed        uint64
+	long        int    // requests per chat100k series
+	longWarmup  int    // unmeasured cold chats before the chat100k series
+	peerCfg     string // stackOptions.peerCfg of the peers scenario
+	env         []string
+	mode        bodyMode // how request bodies are sent
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -111,6 +114,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&o.warmup, "warmup", 5*time.Second, "unmeasured load before each rate run")
 	fs.Float64Var(&o.rate, "rate", 500, "chat8k requests per second")
 	rates := fs.String("short-rates", "1000,2000,3000", "short-chat rates to try, requests per second")
+	fs.IntVar(&o.shortTokens, "short-tokens", 4, "tokens of each short chat's streamed answer, a chunk each 10 ms (more for the response watching's cost per chunk)")
 	fs.IntVar(&o.workers, "workers", 16, "fake engines")
 	fs.IntVar(&o.conns, "conns", 2, "HTTP/2 connections to the ext_proc port (Envoy opens one per worker thread)")
 	fs.StringVar(&o.binary, "warmpath", "", "warmpath binary (default: go build ./cmd/warmpath)")
@@ -151,6 +155,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("-short-rates: %w", err)
 		}
 		o.shortRates = append(o.shortRates, v)
+	}
+	if o.shortTokens < 1 {
+		return fmt.Errorf("-short-tokens %d: an answer has at least one token", o.shortTokens)
 	}
 	if o.out == "" {
 		d, err := os.MkdirTemp("", "loadbench-out")
@@ -485,7 +492,7 @@ func short(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *report)
 	if err != nil {
 		return err
 	}
-	resp := response{ttft: 20 * time.Millisecond, itl: 10 * time.Millisecond, tokens: 4}
+	resp := response{ttft: 20 * time.Millisecond, itl: 10 * time.Millisecond, tokens: o.shortTokens}
 	runs := max(1, o.runs/2)
 	for _, rate := range o.shortRates {
 		for r := range runs {

@@ -196,3 +196,11 @@ func TestMinorFaults(t *testing.T) {
 	}
 	runtime.KeepAlive(fresh)
 }
+
+func TestShortTokensAtLeastOne(t *testing.T) {
+	var stdout strings.Builder
+	err := run(t.Context(), []string{"-short-tokens", "0", "-out", t.TempDir()}, &stdout)
+	if err == nil || !strings.Contains(err.Error(), "-short-tokens 0") {
+		t.Fatalf("run with -short-tokens 0: %v", err)
+	}
+}
