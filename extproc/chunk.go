@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -91,4 +92,108 @@ func (c *chunkReply) AppendWire(b []byte) []byte {
 		b = protowire.AppendVarint(b, 1)
 	}
 	return b
+}
+
+// received is the ProcessingRequest an exchange's loop receives into,
+// reused message to message. A response body chunk that carries nothing
+// else but an empty metadata context (Envoy sends one when it forwards no
+// namespace), which Envoy sends once per token, it reads itself into
+// wrappers and a buffer of its own (grpcbuf.WireReader): nothing of such
+// a chunk is kept past its handling (the watcher copies what it keeps, and
+// the echo is encoded before Send returns). Every other message warmpath's
+// codec, or any other, unmarshals into the ProcessingRequest, which proto
+// resets first without touching the messages it held.
+type received struct {
+	*extprocv3.ProcessingRequest
+	chunk extprocv3.ProcessingRequest_ResponseBody
+	body  extprocv3.HttpBody
+	meta  corev3.Metadata
+	buf   []byte
+}
+
+// The fields of a response body chunk (envoy/service/ext_proc/v3/external_processor.proto).
+const (
+	fieldRequestResponseBody protowire.Number = 5 // ProcessingRequest.response_body
+	fieldRequestMetadata     protowire.Number = 8 // ProcessingRequest.metadata_context
+	fieldHTTPBody            protowire.Number = 1 // HttpBody.body
+	fieldHTTPEndOfStream     protowire.Number = 2 // HttpBody.end_of_stream
+)
+
+func newReceived() *received {
+	r := &received{ProcessingRequest: &extprocv3.ProcessingRequest{}}
+	r.chunk.ResponseBody = &r.body
+	return r
+}
+
+// ReadWire reads data when it is a ProcessingRequest of a response_body
+// and at most an empty metadata_context, whose HttpBody has at most a body
+// and an end of stream, each field at most once; it declines anything
+// else, untouched.
+func (r *received) ReadWire(data []byte) bool {
+	var chunk []byte
+	var sawChunk, sawMeta bool
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 || typ != protowire.BytesType {
+			return false
+		}
+		v, m := protowire.ConsumeBytes(data[n:])
+		switch {
+		case m < 0:
+			return false
+		case num == fieldRequestResponseBody && !sawChunk:
+			chunk, sawChunk = v, true
+		case num == fieldRequestMetadata && !sawMeta && len(v) == 0:
+			sawMeta = true
+		default:
+			return false
+		}
+		data = data[n+m:]
+	}
+	if !sawChunk {
+		return false
+	}
+	body, eos, ok := readHTTPBody(chunk)
+	if !ok {
+		return false
+	}
+	r.ProcessingRequest.Reset()
+	r.body.Reset()
+	r.buf = append(r.buf[:0], body...)
+	r.body.Body, r.body.EndOfStream = r.buf, eos
+	r.Request = &r.chunk
+	if sawMeta {
+		r.meta.Reset()
+		r.MetadataContext = &r.meta
+	}
+	return true
+}
+
+// readHTTPBody reads an HttpBody of at most a body and an end of stream,
+// each at most once.
+func readHTTPBody(data []byte) (body []byte, eos, ok bool) {
+	var sawBody, sawEOS bool
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return nil, false, false
+		}
+		data = data[n:]
+		switch {
+		case num == fieldHTTPBody && typ == protowire.BytesType && !sawBody:
+			body, n = protowire.ConsumeBytes(data)
+			sawBody = true
+		case num == fieldHTTPEndOfStream && typ == protowire.VarintType && !sawEOS:
+			var v uint64
+			v, n = protowire.ConsumeVarint(data)
+			eos, sawEOS = v != 0, true
+		default:
+			return nil, false, false
+		}
+		if n < 0 {
+			return nil, false, false
+		}
+		data = data[n:]
+	}
+	return body, eos, true
 }

@@ -142,8 +142,9 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	ctx := stream.Context()
 	ex := &exchange{stream: stream, log: s.log}
 	defer s.cleanup(ex)
+	in := newReceived()
 	for {
-		msg, err := stream.Recv()
+		err := stream.RecvMsg(in)
 		if err != nil {
 			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
 				return nil
@@ -152,7 +153,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			return err
 		}
 		ex.mu.Lock()
-		err = s.handle(ctx, ex, msg)
+		err = s.handle(ctx, ex, in.ProcessingRequest)
 		ex.mu.Unlock()
 		if err != nil {
 			var pe *protocolError

@@ -22,7 +22,7 @@ func message(v any) proto.Message {
 // Codec is the proto codec with its buffers from Pool, for
 // grpc.ForceServerCodecV2. It marshals and unmarshals exactly as grpc-go's
 // registered "proto" codec does; only where the buffers come from differs,
-// and that a WireAppender writes itself.
+// that a WireAppender writes itself and a WireReader may read itself.
 type Codec struct{ Pool *Pool }
 
 // WireAppender is a proto message that writes its own wire form: a hot
@@ -74,6 +74,20 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(b, c.Pool)}, nil
 }
 
+// WireReader is a proto message that reads some of its wire forms itself:
+// a hot message of a fixed shape (a streamed body chunk, received once per
+// response token) skips proto.Unmarshal's reflection and allocations. Where
+// ReadWire reads data, the message must equal what proto.Unmarshal makes
+// of it, which its own tests check; where it declines, the codec
+// unmarshals the message.
+type WireReader interface {
+	proto.Message
+	// ReadWire reads data into the message and reports whether it did;
+	// it must leave the message as it was when it declines. data is valid
+	// only during the call.
+	ReadWire(data []byte) bool
+}
+
 // marshalWire encodes a WireAppender as Marshal does a message: a small
 // one in its own slice, the rest in a buffer from the pool.
 func (c Codec) marshalWire(w WireAppender) mem.BufferSlice {
@@ -94,6 +108,9 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 		return fmt.Errorf("grpcbuf: unmarshal into %T: not a proto.Message", v)
 	}
 	if len(data) == 1 {
+		if r, ok := v.(WireReader); ok && r.ReadWire(data[0].ReadOnlyData()) {
+			return nil
+		}
 		return proto.Unmarshal(data[0].ReadOnlyData(), m)
 	}
 	b := data.MaterializeToBuffer(c.Pool)

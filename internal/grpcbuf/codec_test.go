@@ -150,3 +150,36 @@ func TestCodecWireAppender(t *testing.T) {
 		}
 	}
 }
+
+// selfReading reads itself only when its wire form is the one marked.
+type selfReading struct {
+	*extprocv3.ProcessingRequest
+	marked []byte
+	read   int
+}
+
+func (s *selfReading) ReadWire(data []byte) bool {
+	if !bytes.Equal(data, s.marked) {
+		return false
+	}
+	s.read++
+	return true
+}
+
+// TestCodecWireReader hands a WireReader the data it reads itself and
+// unmarshals what it declines into the message.
+func TestCodecWireReader(t *testing.T) {
+	c := Codec{Pool: &Pool{}}
+	r := &selfReading{ProcessingRequest: &extprocv3.ProcessingRequest{}, marked: []byte{0xa5}}
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte{0xa5})}, r); err != nil || r.read != 1 {
+		t.Fatalf("the marked form: err %v, read by the message %d times", err, r.read)
+	}
+	m := bodyRequest(64)
+	enc, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(enc)}, r); err != nil || r.read != 1 || !proto.Equal(r.ProcessingRequest, m) {
+		t.Fatalf("a declined form: err %v, read by the message %d times, got %v", err, r.read, r.ProcessingRequest)
+	}
+}
