@@ -262,6 +262,11 @@ type workerLedger struct {
 	// the reconciliation would take those for requests warmpath did not
 	// route.
 	ended []endedAssignment
+	// endedShifts counts the times entries left the front of ended, which
+	// moves those behind them; counted caches the reconciliation's count
+	// of ended against one scrape, extended as entries are appended.
+	endedShifts int
+	counted     endedCount
 	// meter integrates what the worker's decode steps carried (decode.go).
 	meter decodeMeter
 }
@@ -427,6 +432,7 @@ func (s *workerLedger) remove(a *assignment, now time.Time) {
 	if len(s.ended) == maxEnded {
 		copy(s.ended, s.ended[1:])
 		s.ended = s.ended[:maxEnded-1]
+		s.endedShifts++
 	}
 	s.ended = append(s.ended, endedAssignment{decided: a.decided, start: a.start, ended: now, first: first})
 }
@@ -442,7 +448,42 @@ func (s *workerLedger) pruneEnded(since time.Time) {
 		n := copy(s.ended, s.ended[i:])
 		clear(s.ended[n:])
 		s.ended = s.ended[:n]
+		s.endedShifts++
 	}
+}
+
+// endedCount is how many of a ledger's ended assignments a scrape taken at
+// at saw running and waiting, over its first n entries, when the ledger
+// had shifted them shifts times.
+type endedCount struct {
+	at               time.Time
+	n, shifts        int
+	running, waiting int
+}
+
+// endedAt returns how many ended assignments a scrape taken at at saw in
+// the engine, running and waiting: those decided by then, waiting if they
+// had neither started nor had their first token. A decision asks it once
+// per candidate and each scrape stands for a second, so the count is kept
+// and extended by the entries appended since, not made again over every
+// entry of the scrape's age.
+func (s *workerLedger) endedAt(at time.Time) (running, waiting int) {
+	c := &s.counted
+	if !c.at.Equal(at) || c.shifts != s.endedShifts || c.n > len(s.ended) {
+		*c = endedCount{at: at, shifts: s.endedShifts}
+	}
+	for _, e := range s.ended[c.n:] {
+		if e.decided.After(at) {
+			continue
+		}
+		if e.start.After(at) && e.first.After(at) {
+			c.waiting++
+		} else {
+			c.running++
+		}
+	}
+	c.n = len(s.ended)
+	return c.running, c.waiting
 }
 
 // load sums the ledger at now and reconciles it with scrape r when it is
@@ -507,16 +548,9 @@ func (s *workerLedger) load(now time.Time, r discovery.EngineLoad, fresh bool, b
 		s.lastScrape = r.ScrapedAt
 	}
 	s.pruneEnded(r.ScrapedAt)
-	for _, e := range s.ended {
-		if e.decided.After(r.ScrapedAt) {
-			continue
-		}
-		if e.start.After(r.ScrapedAt) && e.first.After(r.ScrapedAt) {
-			waitingAt++
-		} else {
-			runningAt++
-		}
-	}
+	endedRunning, endedWaiting := s.endedAt(r.ScrapedAt)
+	runningAt += endedRunning
+	waitingAt += endedWaiting
 	if r.HasKVCacheUsage {
 		l.kvUsage = r.KVCacheUsage
 	}

@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -213,5 +214,61 @@ func TestKVWaitCountsTheFirstPromptsCachedPrefix(t *testing.T) {
 	}
 	if w := s.kvWait(now, 400, 30, -1, 16, false, typ); w != 3*time.Second {
 		t.Errorf("30 blocks beside 378 held of 400: waits %v, want the 3 s until it ends", w)
+	}
+}
+
+// TestEndedAtKeptCount holds the reconciliation's kept count of ended
+// assignments to a count made afresh over every entry, through appends,
+// prunes (also against a scrape asked about before, and one stamped after
+// entries it then drops), the bound's overflow, and older scrapes. Each
+// query prunes first, as load does.
+func TestEndedAtKeptCount(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	base := time.Unix(1_000_000, 0)
+	ms := func(n int) time.Time { return base.Add(time.Duration(n) * time.Millisecond) }
+	var s workerLedger
+	now, scrape := 1000, 0
+	recount := func(at time.Time) (running, waiting int) {
+		for _, e := range s.ended {
+			switch {
+			case e.decided.After(at):
+			case e.start.After(at) && e.first.After(at):
+				waiting++
+			default:
+				running++
+			}
+		}
+		return running, waiting
+	}
+	const steps, boundPhase = 20_000, 14_000
+	for i := range steps {
+		now += rng.IntN(3)
+		switch op := rng.IntN(20); {
+		case i == boundPhase: // from here on one scrape, and entries it saw: past the bound
+			scrape = now
+		case i > boundPhase || op < 14: // an assignment ends
+			decided := now - rng.IntN(400)
+			if i > boundPhase {
+				decided = scrape - rng.IntN(100)
+			}
+			a := &assignment{decided: ms(decided), start: ms(decided + rng.IntN(300)), first: ms(decided + rng.IntN(400))}
+			if rng.IntN(2) == 0 {
+				a.firstSeen, a.firstAt = true, ms(decided+rng.IntN(400))
+			}
+			s.remove(a, ms(now))
+		case op < 17: // a new scrape, stamped up to 20 ms after now
+			scrape = now - 50 + rng.IntN(70)
+		case op < 18: // an older scrape asked about again
+			scrape -= rng.IntN(20)
+		}
+		at := ms(scrape)
+		s.pruneEnded(at)
+		wantRunning, wantWaiting := recount(at)
+		if running, waiting := s.endedAt(at); running != wantRunning || waiting != wantWaiting {
+			t.Fatalf("step %d: kept count %d running, %d waiting; afresh %d, %d", i, running, waiting, wantRunning, wantWaiting)
+		}
+	}
+	if len(s.ended) != maxEnded {
+		t.Fatalf("%d entries at the end: the test did not reach the bound", len(s.ended))
 	}
 }
