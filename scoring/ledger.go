@@ -469,7 +469,7 @@ type endedCount struct {
 // entry of the scrape's age.
 func (s *workerLedger) endedAt(at time.Time) (running, waiting int) {
 	c := &s.counted
-	if !c.at.Equal(at) || c.shifts != s.endedShifts || c.n > len(s.ended) {
+	if !c.at.Equal(at) || c.shifts != s.endedShifts {
 		*c = endedCount{at: at, shifts: s.endedShifts}
 	}
 	for _, e := range s.ended[c.n:] {
