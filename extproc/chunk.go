@@ -23,8 +23,8 @@ type chunkReply struct {
 // The field numbers of the path from a ProcessingResponse to its streamed
 // body (envoy/service/ext_proc/v3/external_processor.proto).
 const (
-	fieldRequestBody      protowire.Number = 3 // ProcessingResponse.request_body
-	fieldResponseBody     protowire.Number = 4 // ProcessingResponse.response_body
+	replyRequestBody      protowire.Number = 3 // ProcessingResponse.request_body
+	replyResponseBody     protowire.Number = 4 // ProcessingResponse.response_body
 	fieldCommonResponse   protowire.Number = 1 // BodyResponse.response
 	fieldBodyMutation     protowire.Number = 3 // CommonResponse.body_mutation
 	fieldStreamedResponse protowire.Number = 3 // BodyMutation.streamed_response
@@ -34,9 +34,9 @@ const (
 
 func newChunkReply(response bool) *chunkReply {
 	m := streamedChunk(response, nil, false)
-	field, br := fieldRequestBody, m.GetRequestBody()
+	field, br := replyRequestBody, m.GetRequestBody()
 	if response {
-		field, br = fieldResponseBody, m.GetResponseBody()
+		field, br = replyResponseBody, m.GetResponseBody()
 	}
 	return &chunkReply{
 		ProcessingResponse: m,
@@ -113,10 +113,10 @@ type received struct {
 
 // The fields of a response body chunk (envoy/service/ext_proc/v3/external_processor.proto).
 const (
-	fieldRequestResponseBody protowire.Number = 5 // ProcessingRequest.response_body
-	fieldRequestMetadata     protowire.Number = 8 // ProcessingRequest.metadata_context
-	fieldHTTPBody            protowire.Number = 1 // HttpBody.body
-	fieldHTTPEndOfStream     protowire.Number = 2 // HttpBody.end_of_stream
+	chunkResponseBody    protowire.Number = 5 // ProcessingRequest.response_body
+	chunkMetadata        protowire.Number = 8 // ProcessingRequest.metadata_context
+	fieldHTTPBody        protowire.Number = 1 // HttpBody.body
+	fieldHTTPEndOfStream protowire.Number = 2 // HttpBody.end_of_stream
 )
 
 func newReceived() *received {
@@ -141,9 +141,9 @@ func (r *received) ReadWire(data []byte) bool {
 		switch {
 		case m < 0:
 			return false
-		case num == fieldRequestResponseBody && !sawChunk:
+		case num == chunkResponseBody && !sawChunk:
 			chunk, sawChunk = v, true
-		case num == fieldRequestMetadata && !sawMeta && len(v) == 0:
+		case num == chunkMetadata && !sawMeta && len(v) == 0:
 			sawMeta = true
 		default:
 			return false

@@ -160,7 +160,7 @@ func TestReceivedReadWire(t *testing.T) {
 func TestReceivedReadWireForms(t *testing.T) {
 	tag := func(b []byte, n protowire.Number, t protowire.Type) []byte { return protowire.AppendTag(b, n, t) }
 	chunk := func(inner []byte) []byte {
-		return protowire.AppendBytes(tag(nil, fieldRequestResponseBody, protowire.BytesType), inner)
+		return protowire.AppendBytes(tag(nil, chunkResponseBody, protowire.BytesType), inner)
 	}
 	body := func(b []byte, v string) []byte {
 		return protowire.AppendBytes(tag(b, fieldHTTPBody, protowire.BytesType), []byte(v))
@@ -183,9 +183,9 @@ func TestReceivedReadWireForms(t *testing.T) {
 		{"an unknown field", chunk(protowire.AppendVarint(tag(body(nil, "a"), 99, protowire.VarintType), 7)), false},
 		{"body as a varint", chunk(protowire.AppendVarint(tag(nil, fieldHTTPBody, protowire.VarintType), 1)), false},
 		{"truncated", chunk(body(nil, "abc"))[:5], false},
-		{"empty metadata first", append(protowire.AppendBytes(tag(nil, fieldRequestMetadata, protowire.BytesType), nil), chunk(body(nil, "a"))...), true},
-		{"empty metadata twice", protowire.AppendBytes(tag(protowire.AppendBytes(tag(chunk(body(nil, "a")), fieldRequestMetadata, protowire.BytesType), nil), fieldRequestMetadata, protowire.BytesType), nil), false},
-		{"empty metadata alone", protowire.AppendBytes(tag(nil, fieldRequestMetadata, protowire.BytesType), nil), false},
+		{"empty metadata first", append(protowire.AppendBytes(tag(nil, chunkMetadata, protowire.BytesType), nil), chunk(body(nil, "a"))...), true},
+		{"empty metadata twice", protowire.AppendBytes(tag(protowire.AppendBytes(tag(chunk(body(nil, "a")), chunkMetadata, protowire.BytesType), nil), chunkMetadata, protowire.BytesType), nil), false},
+		{"empty metadata alone", protowire.AppendBytes(tag(nil, chunkMetadata, protowire.BytesType), nil), false},
 		{"empty", nil, false},
 	} {
 		r := newReceived()
