@@ -242,6 +242,13 @@ type chatInput struct {
 
 const continueTag = "CONTINUE_FINAL_MESSAGE_TAG "
 
+// renderSlack is what the render's buffer reserves beyond the caller's
+// hint (the body's size, which a conversation's text rarely exceeds: its
+// JSON quotes, escapes and keys outweigh the template's role markers). A
+// render that outgrows it grows the buffer as it goes, and jinja's Render
+// copies the text to fit when the buffer ends up well over it.
+const renderSlack = 256
+
 // render runs transformers' apply_chat_template(tokenize=False) steps on in.
 func (c *ChatTemplate) render(in *chatInput) (string, error) {
 	agp, cfm := jinja.Value(in.AddGenerationPrompt), jinja.Value(in.ContinueFinalMessage)
@@ -299,7 +306,7 @@ func (c *ChatTemplate) render(in *chatInput) (string, error) {
 	vars.Set("tools", tools)
 	vars.Set("documents", docs)
 	vars.Set("add_generation_prompt", agp)
-	out, err := tmpl.Render(vars, jinja.RenderOptions{Now: c.now, SizeHint: in.SizeHint + len(src), Memo: c.memos[name]})
+	out, err := tmpl.Render(vars, jinja.RenderOptions{Now: c.now, SizeHint: in.SizeHint + renderSlack, Memo: c.memos[name]})
 	if err != nil {
 		return "", fmt.Errorf("render chat template %q: %w: %w", name, ErrTemplate, err)
 	}

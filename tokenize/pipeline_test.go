@@ -3,9 +3,12 @@ package tokenize
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -156,4 +159,50 @@ func TestParseBody(t *testing.T) {
 			t.Errorf("ParseBody(%q): err %v, want ErrBadRequest", bad, err)
 		}
 	}
+}
+
+// TestPipelineHeapWithinBudgets tokenizes many distinct short chats, enough
+// to fill the prompt cache and evict from it, and expects the heap to grow
+// by about the caches' budgets: a cached prompt must not keep alive the
+// larger buffer it was rendered into. Not parallel: it reads the process's
+// heap.
+func TestPipelineHeapWithinBudgets(t *testing.T) {
+	const cacheBytes = 2 << 20 // and a quarter more for the render memo
+	p, err := NewPipeline("qwen3", "testdata/models/qwen3", cacheBytes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heap := func() uint64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	chat := func(i int) {
+		body, err := ParseBody(fmt.Appendf(nil, `{"model":"qwen3","messages":[{"role":"system","content":"You answer in one line."},`+
+			`{"role":"user","content":"Question %d: %s"}]}`, i, strings.Repeat("what does this word mean? ", 30)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, path, err := p.TokenizeBody(t.Context(), KindChat, body, ""); err != nil || path != PathLocal {
+			t.Fatalf("chat %d: path %q, err %v", i, path, err)
+		}
+	}
+	chat(-1) // the tokenizer's and the template's tables, made on first use
+	before := heap()
+	for i := range 4000 {
+		chat(i)
+	}
+	grew := int64(heap()) - int64(before)
+	st := p.cache.Stats()
+	if st.Misses < 4000 || st.Bytes < cacheBytes*3/4 {
+		t.Fatalf("prompt cache %+v: want every chat a miss and the cache about full", st)
+	}
+	// It grows by 1.4 times the budgets (the caches' own counts leave out
+	// some bookkeeping); with each prompt in a buffer sized for the
+	// template's source as well, it grew by 3.1 times.
+	if budget := int64(cacheBytes + cacheBytes/4); grew > 2*budget {
+		t.Fatalf("the heap grew by %d bytes, over twice the caches' budgets (%d bytes; prompt cache %d entries, %d bytes by its own count)", grew, budget, st.Entries, st.Bytes)
+	}
+	runtime.KeepAlive(p)
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -81,6 +82,42 @@ func TestRaiseExceptionWrapsErrRaised(t *testing.T) {
 	if !errors.Is(err, ErrRaised) || err.Error() != "template raised an exception: no way" {
 		t.Fatalf("err = %v", err)
 	}
+}
+
+// TestRenderKeepsAboutItsLength keeps renders whose hint reserved far more
+// than they wrote, as a prompt cache keeps rendered prompts, and expects the
+// heap to hold about their length, not the reserved buffers. Not parallel:
+// it reads the process's heap.
+func TestRenderKeepsAboutItsLength(t *testing.T) {
+	tmpl, err := Compile(`{% for m in messages %}<|{{ m }}|>{% endfor %}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := NewDict(1)
+	vars.Set("messages", &List{Items: []Value{"system", "user"}})
+	const keep, hint = 64, 256 << 10
+	heap := func() uint64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	before := heap()
+	kept := make([]string, keep)
+	for i := range kept {
+		if kept[i], err = tmpl.Render(vars, RenderOptions{SizeHint: hint}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grew := int64(heap()) - int64(before)
+	if kept[keep-1] != "<|system|><|user|>" {
+		t.Fatalf("rendered %q", kept[keep-1])
+	}
+	// Unfitted, the renders would hold keep·hint = 16 MiB.
+	if grew > 1<<20 {
+		t.Fatalf("%d renders of %d bytes with a %d-byte hint kept %d bytes of heap", keep, len(kept[0]), hint, grew)
+	}
+	runtime.KeepAlive(kept)
 }
 
 func TestStrftimeNowUsesClock(t *testing.T) {

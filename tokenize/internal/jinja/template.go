@@ -56,7 +56,9 @@ type RenderOptions struct {
 	// Now is the clock behind strftime_now; nil means time.Now.
 	Now func() time.Time
 	// SizeHint is the expected output size in bytes, used to size the
-	// output buffer once; zero means no hint.
+	// output buffer once; zero means no hint. A hint well over the output
+	// costs a copy, not memory: the result keeps alive at most a quarter
+	// more than its length, or maxSpare bytes.
 	SizeHint int
 	// Memo, when not nil, keeps iterations over dicts for later renders
 	// (see Memo); its entries name the template's loops, so templates may
@@ -88,8 +90,23 @@ func (t *Template) Render(vars *Dict, opts RenderOptions) (out string, err error
 	if _, err := r.execBody(&b, t.body, root); err != nil {
 		return "", err
 	}
-	return b.String(), nil
+	return fitted(&b), nil
 }
+
+// fitted returns b's text in a buffer about its size. A string keeps its
+// whole buffer alive, and callers keep rendered prompts (a prompt cache
+// counts their length): a short chat rendered into a buffer reserved for
+// the template's source as well held five times its length.
+func fitted(b *strings.Builder) string {
+	if spare := b.Cap() - b.Len(); spare > maxSpare && spare > b.Len()/4 {
+		return strings.Clone(b.String())
+	}
+	return b.String()
+}
+
+// maxSpare is the most unused buffer a rendered text may keep whatever its
+// length: below it a copy costs more than the memory it saves.
+const maxSpare = 512
 
 // Repr formats v as Python's repr() does.
 func Repr(v Value) string { return repr(v) }
