@@ -35,7 +35,10 @@
 // speaks the same exchange and decides nothing: the client-side floor of
 // the driver, gRPC and the machine, against which warmpath's client
 // figures are read, and in chat100k the CPU any processor spends taking a
-// 100K-token body in and handing it back.
+// 100K-token body in and handing it back. By default (-floor) each chat8k
+// and short run is paired with an echo run in the same minutes, since load
+// from elsewhere on a shared machine moves the floor from one quarter hour
+// to the next, and results.md gives warmpath's client p99 over it.
 //
 // CPU is read from each thread's /proc schedstat (nanoseconds; the 10 ms
 // ticks of /proc/PID/stat are too coarse for one request).
@@ -103,6 +106,9 @@ type options struct {
 	peerCfg     string // stackOptions.peerCfg of the peers scenario
 	env         []string
 	mode        bodyMode // how request bodies are sent
+	// floor pairs each chat8k and short run with a run of the echo
+	// processor in the same minutes.
+	floor bool
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -123,6 +129,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof with mutex and block profiling (costs CPU; for profiling, not for figures)")
 	fs.DurationVar(&o.trace, "trace", 0, "save a runtime execution trace this long from the middle of each rate run, as NAME.trace in -out (go tool trace; costs CPU while it records)")
 	fs.BoolVar(&o.echo, "echo", false, "run the scenarios against an echo processor that decides nothing (echo.go) instead of warmpath: the client-side floor of the driver, gRPC and this machine, and in chat100k the CPU of passing the body through")
+	fs.BoolVar(&o.floor, "floor", true, "pair each chat8k and short run with a run of the echo processor just before or after it (the order alternating), and report warmpath's client latency over that floor: the same minutes' reference, on a machine whose load from elsewhere moves the figures")
 	fs.Uint64Var(&o.seed, "seed", 1, "workload seed")
 	fs.IntVar(&o.long, "long-requests", 20, "requests per chat100k series (more for a profile with enough samples)")
 	fs.IntVar(&o.longWarmup, "long-warmup", 300, "chat100k: cold 100K chats played unmeasured before the series, so warmpath's conversation caches hold what they hold in a router that has served for a while (0: measure from a fresh process)")
@@ -430,21 +437,51 @@ func chat8k(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *report
 		return err
 	}
 	for r := range o.runs {
-		s, err := startStack(ctx, o.stackOptions(fmt.Sprintf("chat8k-%d", r), 40000))
+		if err := measureRate(ctx, o, rep, fmt.Sprintf("chat8k-%d", r), "chat8k", o.rate, r, fw, resp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measureRate runs scenario at rate on a fresh stack whose engines hold
+// fw's families, as run r; with -floor, a run of the echo processor on a
+// fresh stack goes just before or after it, alternating with r, and the
+// two are paired in the report. tag names the run's log and profiles.
+func measureRate(ctx context.Context, o options, rep *report, tag, scenario string, rate float64, r int, fw *familyWorkload, resp response) error {
+	order := []bool{o.echo}
+	if o.floor && !o.echo {
+		order = []bool{r%2 == 1, r%2 == 0}
+	}
+	var pair floorPair
+	for _, echo := range order {
+		ro, name := o, tag
+		if ro.echo = echo; echo && !o.echo {
+			name += "-echo"
+		}
+		s, err := startStack(ctx, ro.stackOptions(name, 40000))
 		if err != nil {
 			return err
 		}
 		warmFamilies(s, fw, o.seed+uint64(r))
-		res, err := runRate(ctx, s, o, "chat8k", o.rate, fw.next, resp)
-		if o.pprof && err == nil {
-			err = saveProfiles(s, o.out, fmt.Sprintf("chat8k-%d", r))
+		res, err := runRate(ctx, s, ro, scenario, rate, fw.next, resp)
+		if o.pprof && err == nil && !echo {
+			err = saveProfiles(s, o.out, name)
 		}
 		s.close()
 		if err != nil {
 			return err
 		}
 		rep.rate = append(rep.rate, res)
-		fmt.Fprintf(os.Stderr, "chat8k run %d: %s\n", r, res.line())
+		fmt.Fprintf(os.Stderr, "%s %g/s run %d: %s\n", res.scenario, rate, r, res.line())
+		if echo {
+			pair.floor = res
+		} else {
+			pair.warmpath = res
+		}
+	}
+	if pair.floor != nil && pair.warmpath != nil {
+		rep.floors = append(rep.floors, pair)
 	}
 	return nil
 }
@@ -496,21 +533,9 @@ func short(ctx context.Context, o options, pipe *tokenize.Pipeline, rep *report)
 	runs := max(1, o.runs/2)
 	for _, rate := range o.shortRates {
 		for r := range runs {
-			s, err := startStack(ctx, o.stackOptions(fmt.Sprintf("short-%g-%d", rate, r), 40000))
-			if err != nil {
+			if err := measureRate(ctx, o, rep, fmt.Sprintf("short-%g-%d", rate, r), "short", rate, r, fw, resp); err != nil {
 				return err
 			}
-			warmFamilies(s, fw, o.seed+uint64(r))
-			res, err := runRate(ctx, s, o, "short", rate, fw.next, resp)
-			if o.pprof && err == nil {
-				err = saveProfiles(s, o.out, fmt.Sprintf("short-%g-%d", rate, r))
-			}
-			s.close()
-			if err != nil {
-				return err
-			}
-			rep.rate = append(rep.rate, res)
-			fmt.Fprintf(os.Stderr, "short %g/s run %d: %s\n", rate, r, res.line())
 		}
 	}
 	return nil

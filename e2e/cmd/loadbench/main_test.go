@@ -107,7 +107,7 @@ func TestBufferedSmoke(t *testing.T) {
 	}
 	for _, tc := range []struct{ name, row string }{{"warmpath", "| chat8k | 40 | 1 |"}, {"echo", "| chat8k (echo) | 40 | 1 |"}} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := []string{"-body-mode", "buffered", "-scenarios", "chat8k", "-duration", "1s", "-rate", "40"}
+			args := []string{"-body-mode", "buffered", "-scenarios", "chat8k", "-duration", "1s", "-rate", "40", "-floor=false"}
 			if tc.name == "echo" {
 				args = append(args, "-echo")
 			}
@@ -135,23 +135,33 @@ func TestBufferedSmoke(t *testing.T) {
 // TestSmoke runs every scenario but chat100k briefly against a real
 // warmpath process with 4 fake engines (and, for peers, a second one
 // sharing its ledger): every request routed, no failure, the tables
-// written, peer bytes sent.
+// written, peer bytes sent, each chat8k and short run paired with the
+// echo processor's.
 func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs warmpath")
 	}
 	md := runBrief(t, "-scenarios", "chat8k,short,peers", "-duration", "2s", "-rate", "40", "-short-rates", "80")
-	for _, want := range []string{"| chat8k | 40 | 1 |", "| short | 80 | 1 |", "| chat8k-alone | 40 | 1 |", "| chat8k-peer | 40 | 1 |"} {
+	for _, want := range []string{"| chat8k | 40 | 1 |", "| short | 80 | 1 |", "| chat8k-alone | 40 | 1 |", "| chat8k-peer | 40 | 1 |",
+		"| chat8k (echo) | 40 | 1 |", "| short (echo) | 80 | 1 |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)
 		}
 	}
-	pairs := false
+	pairs, floors := false, 0
+	const runColumns, floorColumns = 19, 10
 	for _, line := range strings.Split(string(md), "\n") {
 		cells := strings.Split(line, "|")
-		if strings.HasPrefix(line, "| chat8k") || strings.HasPrefix(line, "| short") {
+		run := strings.HasPrefix(line, "| chat8k") || strings.HasPrefix(line, "| short")
+		switch {
+		case run && len(cells) == runColumns+2:
 			if strings.TrimSpace(cells[len(cells)-2]) != "0" {
 				t.Errorf("failed requests: %s", line)
+			}
+		case run && len(cells) == floorColumns+2:
+			floors++
+			if over := strings.TrimSpace(cells[8]); over == "–" || over == "" {
+				t.Errorf("no client p99 over the floor: %s", line)
 			}
 		}
 		if strings.HasPrefix(line, "| 1 |") && len(cells) == 10 {
@@ -163,6 +173,9 @@ func TestSmoke(t *testing.T) {
 	}
 	if !pairs {
 		t.Errorf("results.md lacks the peers table:\n%s", md)
+	}
+	if floors != 2 {
+		t.Errorf("results.md has %d rows over the floor, want chat8k's and short's:\n%s", floors, md)
 	}
 }
 

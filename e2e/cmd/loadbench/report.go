@@ -10,10 +10,14 @@ import (
 
 // report gathers every run for results.md.
 type report struct {
-	rate  []*rateRun
-	longs []*longRun
-	pairs [][2]*rateRun // the peers scenario: alone, with a peer
+	rate   []*rateRun
+	longs  []*longRun
+	pairs  [][2]*rateRun // the peers scenario: alone, with a peer
+	floors []floorPair   // -floor
 }
+
+// floorPair is a warmpath run and the echo processor's run beside it.
+type floorPair struct{ warmpath, floor *rateRun }
 
 func (r *report) long(pattern string) *longRun {
 	for _, l := range r.longs {
@@ -113,6 +117,7 @@ func (r *report) markdown(o options) string {
 			}
 		}
 	}
+	r.floorTable(&b)
 	if len(r.pairs) > 0 {
 		b.WriteString("\nA peer replica sharing the ledger, against the same replica alone (paired runs, the order alternating; ratio with a peer / alone, median (min–max) over pairs):\n\n")
 		b.WriteString("| pairs | CPU per request | warmpath p50 | warmpath p99 | client p50 | client p99 | peer bytes per request | the peer's cores |\n|---|---|---|---|---|---|---|---|\n")
@@ -146,4 +151,46 @@ func (r *report) markdown(o options) string {
 		}
 	}
 	return b.String()
+}
+
+// floorTable writes, per scenario and rate, warmpath's client latency
+// beside its paired floor's and over it.
+func (r *report) floorTable(b *strings.Builder) {
+	if len(r.floors) == 0 {
+		return
+	}
+	type key struct {
+		scenario string
+		rate     float64
+	}
+	var keys []key
+	groups := map[key][]floorPair{}
+	for _, p := range r.floors {
+		k := key{p.warmpath.scenario, p.warmpath.rate}
+		if groups[k] == nil {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], p)
+	}
+	b.WriteString("\nEach warmpath run beside a run of the echo processor in the same minutes (the order alternating): the floor of the driver, gRPC and this machine at that time, and warmpath's client latency over it; median (min–max) over pairs:\n\n")
+	b.WriteString("| scenario | offered/s | pairs | client p50 ms | floor p50 ms | client p99 ms | floor p99 ms | p99 over the floor, ms | CPU ms/request | floor CPU ms/request |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, k := range keys {
+		ps := groups[k]
+		col := func(f func(floorPair) float64) string {
+			var v []float64
+			for _, p := range ps {
+				v = append(v, f(p))
+			}
+			return cell(v, "%.3f")
+		}
+		fmt.Fprintf(b, "| %s | %g | %d | %s | %s | %s | %s | %s | %s | %s |\n", k.scenario, k.rate, len(ps),
+			col(func(p floorPair) float64 { return ms(pct(p.warmpath.client, 0.5)) }),
+			col(func(p floorPair) float64 { return ms(pct(p.floor.client, 0.5)) }),
+			col(func(p floorPair) float64 { return ms(pct(p.warmpath.client, 0.99)) }),
+			col(func(p floorPair) float64 { return ms(pct(p.floor.client, 0.99)) }),
+			col(func(p floorPair) float64 { return ms(pct(p.warmpath.client, 0.99)) - ms(pct(p.floor.client, 0.99)) }),
+			col(func(p floorPair) float64 { return 1e3 * p.warmpath.cpuPerReq }),
+			col(func(p floorPair) float64 { return 1e3 * p.floor.cpuPerReq }))
+	}
 }
