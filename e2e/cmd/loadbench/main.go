@@ -456,7 +456,8 @@ func measureRate(ctx context.Context, o options, rep *report, tag, scenario stri
 	var pair floorPair
 	for _, echo := range order {
 		ro, name := o, tag
-		if ro.echo = echo; echo && !o.echo {
+		ro.echo = echo
+		if echo && !o.echo {
 			name += "-echo"
 		}
 		s, err := startStack(ctx, ro.stackOptions(name, 40000))
