@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 )
@@ -31,6 +32,8 @@ described in the README and in internal/app/config.go.
 Environment:
   WARMPATH_TIMERSLACK_NS                the process's timer slack in ns (default 250000;
                                         0 keeps the inherited one): see internal/timerslack
+  GOMEMLIMIT                            the Go heap's soft limit; when unset, serve sets 90%
+                                        of its container's memory limit (cgroup memory.max)
 `
 
 // Main runs the warmpath command line with args (without the program name).
@@ -125,6 +128,13 @@ Flags:
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	// The process's soft memory limit follows its container's (memory.go).
+	// serve does not set it: tests and the benchmarks embed serve in their
+	// own processes.
+	self, _ := os.ReadFile("/proc/self/cgroup") // none: only the root's files are read
+	if limit, ok := softMemoryLimit(os.Getenv("GOMEMLIMIT"), os.DirFS("/sys/fs/cgroup"), string(self)); ok {
+		debug.SetMemoryLimit(limit)
 	}
 	err = serve(ctx, cfg, embedOptions{}, stdout, stderr)
 	if errors.Is(err, context.Canceled) {

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -70,6 +72,9 @@ func assemble(ctx context.Context, cfg Config, eo embedOptions, reg prometheus.R
 		log.Warn("timer slack", "status", st.String(), "slack", slack, "err", err)
 	} else {
 		log.Info("timer slack", "status", st.String(), "slack", slack)
+	}
+	if limit := debug.SetMemoryLimit(-1); limit < math.MaxInt64 {
+		log.Info("memory limit", "bytes", limit) // GOMEMLIMIT, or its container's (runServe)
 	}
 	if err := (component.Options{Registerer: reg}).Register("runtime",
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
