@@ -81,7 +81,7 @@ func cgroupMemoryLimit(root fs.FS, self string) (int64, bool) {
 		id, rest, _ := strings.Cut(line, ":")
 		controllers, cgroup, ok := strings.Cut(rest, ":")
 		switch {
-		case !ok:
+		case !ok: // not a hierarchy's line
 		case id == "0" && controllers == "":
 			v2 = cgroup
 		case slices.Contains(strings.Split(controllers, ","), "memory"):
