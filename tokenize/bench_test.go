@@ -106,17 +106,19 @@ func BenchmarkCollectLoaded(b *testing.B) {
 	}
 }
 
+// liveHeap returns the bytes of live heap after a full collection.
+func liveHeap() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
 // retainedHeap returns the heap one loaded tokenizer keeps alive: the
 // growth of the live heap over three tokenizers kept at once, divided by 3.
 func retainedHeap(tb testing.TB, data []byte) float64 {
-	live := func() uint64 {
-		var m runtime.MemStats
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
-	before := live()
+	before := liveHeap()
 	var keep [3]*Tokenizer
 	for i := range keep {
 		tk, err := FromJSON(data)
@@ -125,7 +127,7 @@ func retainedHeap(tb testing.TB, data []byte) float64 {
 		}
 		keep[i] = tk
 	}
-	after := live()
+	after := liveHeap()
 	runtime.KeepAlive(keep)
 	return (float64(after) - float64(before)) / 3
 }

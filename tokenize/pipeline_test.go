@@ -172,12 +172,6 @@ func TestPipelineHeapWithinBudgets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	heap := func() uint64 {
-		var ms runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc
-	}
 	chat := func(i int) {
 		body, err := ParseBody(fmt.Appendf(nil, `{"model":"qwen3","messages":[{"role":"system","content":"You answer in one line."},`+
 			`{"role":"user","content":"Question %d: %s"}]}`, i, strings.Repeat("what does this word mean? ", 30)))
@@ -189,11 +183,11 @@ func TestPipelineHeapWithinBudgets(t *testing.T) {
 		}
 	}
 	chat(-1) // the tokenizer's and the template's tables, made on first use
-	before := heap()
+	before := liveHeap()
 	for i := range 4000 {
 		chat(i)
 	}
-	grew := int64(heap()) - int64(before)
+	grew := int64(liveHeap()) - int64(before)
 	st := p.cache.Stats()
 	if st.Misses < 4000 || st.Bytes < cacheBytes*3/4 {
 		t.Fatalf("prompt cache %+v: want every chat a miss and the cache about full", st)
