@@ -19,6 +19,27 @@ type report struct {
 // floorPair is a warmpath run and the echo processor's run beside it.
 type floorPair struct{ warmpath, floor *rateRun }
 
+// rateKey is a table row: a scenario at one offered rate.
+type rateKey struct {
+	scenario string
+	rate     float64
+}
+
+// byRate groups items by the scenario and rate of their run, the keys in
+// the order first seen.
+func byRate[T any](items []T, run func(T) *rateRun) ([]rateKey, map[rateKey][]T) {
+	var keys []rateKey
+	groups := map[rateKey][]T{}
+	for _, it := range items {
+		k := rateKey{run(it).scenario, run(it).rate}
+		if groups[k] == nil {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], it)
+	}
+	return keys, groups
+}
+
 func (r *report) long(pattern string) *longRun {
 	for _, l := range r.longs {
 		if l.pattern == pattern {
@@ -57,19 +78,7 @@ func (r *report) markdown(o options) string {
 	fmt.Fprintf(&b, "# warmpath under load (%s)\n\n", time.Now().UTC().Format("2006-01-02 15:04"))
 	fmt.Fprintf(&b, "%d fake engines publishing vLLM KV events, %d ext_proc connections, request bodies %s, Poisson arrivals, %s measured after %s of warm-up per run; median (min–max) over runs.\n\n",
 		o.workers, o.conns, o.mode, o.duration, o.warmup)
-	type key struct {
-		scenario string
-		rate     float64
-	}
-	var keys []key
-	groups := map[key][]*rateRun{}
-	for _, run := range r.rate {
-		k := key{run.scenario, run.rate}
-		if groups[k] == nil {
-			keys = append(keys, k)
-		}
-		groups[k] = append(groups[k], run)
-	}
+	keys, groups := byRate(r.rate, func(x *rateRun) *rateRun { return x })
 	if len(keys) > 0 {
 		b.WriteString("| scenario | offered/s | runs | achieved/s | warmpath p50 ms | warmpath p99 ms | warmpath ≤ 2 ms | client p50 ms | client p99 ms | client max ms | runs whose queue grew | warmpath cores | warmpath waiting for a CPU | CPU ms/request | response chunks/s | chunk p50 µs | chunk p99 µs | driver cores | failed |\n")
 		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
@@ -159,19 +168,7 @@ func (r *report) floorTable(b *strings.Builder) {
 	if len(r.floors) == 0 {
 		return
 	}
-	type key struct {
-		scenario string
-		rate     float64
-	}
-	var keys []key
-	groups := map[key][]floorPair{}
-	for _, p := range r.floors {
-		k := key{p.warmpath.scenario, p.warmpath.rate}
-		if groups[k] == nil {
-			keys = append(keys, k)
-		}
-		groups[k] = append(groups[k], p)
-	}
+	keys, groups := byRate(r.floors, func(p floorPair) *rateRun { return p.warmpath })
 	b.WriteString("\nEach warmpath run beside a run of the echo processor in the same minutes (the order alternating): the floor of the driver, gRPC and this machine at that time, and warmpath's client latency over it; median (min–max) over pairs:\n\n")
 	b.WriteString("| scenario | offered/s | pairs | client p50 ms | floor p50 ms | client p99 ms | floor p99 ms | p99 over the floor, ms | CPU ms/request | floor CPU ms/request |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
